@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Prepare this machine for virtdriver: libvirt + QEMU from Debian, the users and
+# directories libvirtd needs, the daemons (there is no systemd), and .venv with the
+# project installed in editable mode with its test extra.  Idempotent.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$here"
+
+log() { printf 'setup-host: %s\n' "$*" >&2; }
+
+packages=(libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients
+          qemu-system-x86 qemu-utils qemu-block-extra libvirt-dev pkg-config
+          libxml2-utils util-linux procps)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    if [ "$(id -u)" != 0 ]; then log "need root to install: ${missing[*]}"; exit 1; fi
+    log "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ "$(id -u)" = 0 ]; then
+    getent group libvirt >/dev/null || groupadd --system libvirt
+    getent group kvm >/dev/null || groupadd --system kvm
+    getent group libvirt-qemu >/dev/null || groupadd --system libvirt-qemu
+    id libvirt-qemu >/dev/null 2>&1 || useradd --system -g libvirt-qemu -G kvm \
+        -d /var/lib/libvirt -s /usr/sbin/nologin libvirt-qemu
+    mkdir -p /var/log/libvirt/qemu /var/run/libvirt /var/lib/libvirt/qemu /var/lib/libvirt/images
+    conf=/etc/libvirt/qemu.conf
+    if ! grep -q '^# virtdriver-managed' "$conf" 2>/dev/null; then
+        log "configuring $conf (QEMU as root, no security driver)"
+        {
+            echo '# virtdriver-managed'
+            echo 'user = "root"'
+            echo 'group = "root"'
+            echo 'security_driver = "none"'
+        } >>"$conf"
+    fi
+    pgrep -x virtlogd >/dev/null || { log "starting virtlogd"; virtlogd -d; }
+    if ! pgrep -x libvirtd >/dev/null; then
+        log "starting libvirtd"
+        libvirtd -d
+    fi
+    for _ in $(seq 1 100); do
+        [ -S /var/run/libvirt/libvirt-sock ] && break
+        sleep 0.1
+    done
+    [ -S /var/run/libvirt/libvirt-sock ] || { log "libvirtd did not come up"; exit 1; }
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    log "creating .venv"
+    python3 -m venv .venv
+fi
+stamp=.venv/.virtdriver-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    log "installing virtdriver[test] into .venv"
+    .venv/bin/pip install -q --upgrade pip >/dev/null
+    .venv/bin/pip install -q -e ".[test]"
+    touch "$stamp"
+fi
+log "ready"

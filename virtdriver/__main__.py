@@ -1,0 +1,3 @@
+from virtdriver.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,35 @@
+"""A lenient reader for live domain XML: its identity and its disks, nothing lost."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from virtdriver.config.disk import Disk
+from virtdriver.config.model import parse_xml
+
+
+@dataclasses.dataclass
+class DomainDisks:
+    """What the volume driver needs to know of a domain: its name, UUID and disks.
+
+    Disks are read leniently: parts the model does not declare are kept in ``Disk.unknown`` and
+    written back by ``to_xml()``.
+    """
+
+    name: str
+    uuid: str
+    disks: list[Disk]
+    controllers: list[tuple[str, str | None]]  # (type, model) of each controller
+
+    @classmethod
+    def from_xml(cls, text: str | bytes) -> DomainDisks:
+        root = parse_xml(text)
+        devices = root.find("devices")
+        disks: list[Disk] = []
+        controllers: list[tuple[str, str | None]] = []
+        if devices is not None:
+            disks = [Disk.from_element(node, strict=False) for node in devices.iterfind("disk")]
+            controllers = [(c.get("type", ""), c.get("model"))
+                           for c in devices.iterfind("controller")]
+        return cls(name=root.findtext("name", ""), uuid=root.findtext("uuid", ""),
+                   disks=disks, controllers=controllers)
