@@ -155,7 +155,7 @@ def element(tag: str) -> Callable[[type[E]], type[E]]:
     def build(cls: type[E]) -> type[E]:
         cls.__annotations__["unknown"] = "Unknown | None"
         cls.unknown = dataclasses.field(default=None, repr=False)  # type: ignore[assignment]
-        cls = dataclasses.dataclass(cls)  # type: ignore[assignment]
+        cls = dataclasses.dataclass(slots=True)(cls)  # type: ignore[assignment]
         cls.TAG = tag
         specs: list[_Spec] = []
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
@@ -215,6 +215,28 @@ def _unknown_children(unknown: Unknown, inner: str) -> str:
     return "".join("\n" + _reindent(raw, inner) for raw in unknown.children)
 
 
+# Strings already found to need no escaping. Most values come from a small vocabulary (types,
+# cache modes, buses, drivers), so remembering them spares the writer most regular-expression
+# scans. Bounded, so unique values (paths, serials) cannot grow it without limit.
+_SAFE: set[str] = set()
+_SAFE_MAX = 4096
+
+
+def _value_lines(conv: Converter, name: str, where: str) -> list[str]:
+    """Generated lines that turn ``v`` into its XML text (fast paths first)."""
+    if conv is STR:
+        return ["        if v.__class__ is not str:",
+                f"            v = _slow(v, {name}, {where})",
+                "        elif v not in _safe:",
+                "            if _search(v) is not None:",
+                f"                v = _slow(v, {name}, {where})",
+                f"            elif len(_safe) < {_SAFE_MAX}:",
+                "                _safe.add(v)"]
+    if conv is INT:
+        return [f"        v = str(v) if v.__class__ is int else _slow(v, {name}, {where})"]
+    return [f"        v = _slow(v, {name}, {where})"]
+
+
 def _compile_writer(cls: type[Element]) -> Callable[[Any, str, str, str], str]:
     """Turn the declarations of ``cls`` into one straight-line writer function.
 
@@ -223,7 +245,7 @@ def _compile_writer(cls: type[Element]) -> Callable[[Any, str, str, str], str]:
     A plain string that needs no escaping is written as is; everything else takes the checked
     slow path, :func:`_escape_value`.
     """
-    names: dict[str, Any] = {"_search": _SPECIAL.search, "_slow": _escape_value,
+    names: dict[str, Any] = {"_search": _SPECIAL.search, "_slow": _escape_value, "_safe": _SAFE,
                              "_ua": _unknown_attrs, "_uc": _unknown_children, "_STR": STR}
     lines = ["def write(obj, tag, indent, lead):",
              "    s = lead + '<' + tag"]
@@ -232,14 +254,8 @@ def _compile_writer(cls: type[Element]) -> Callable[[Any, str, str, str], str]:
         where = repr(f"{cls.TAG}/@{spec.xml}")
         lines.append(f"    v = obj.{spec.field}")
         lines.append("    if v is not None:")
-        if spec.conv is STR:
-            lines.append("        if v.__class__ is not str or _search(v) is not None:")
-            lines.append(f"            v = _slow(v, _c{i}, {where})")
-        elif spec.conv is INT:
-            lines.append(f"        v = str(v) if v.__class__ is int else _slow(v, _c{i}, {where})")
-        else:
-            lines.append(f"        v = _slow(v, _c{i}, {where})")
-        lines.append(f"        s += \" {spec.xml}='\" + v + \"'\"")
+        lines += _value_lines(spec.conv, f"_c{i}", where)  # type: ignore[arg-type]
+        lines.append(f"        s += f\" {spec.xml}='{{v}}'\"")
     lines += ["    u = obj.unknown",
               "    if u is not None:",
               "        s += _ua(u, tag)",
@@ -261,14 +277,8 @@ def _compile_writer(cls: type[Element]) -> Callable[[Any, str, str, str], str]:
             names[f"_t{i}"] = spec.conv
             where = repr(f"{cls.TAG}/{spec.xml}")
             lines.append("    if v is not None:")
-            if spec.conv is STR:
-                lines.append("        if v.__class__ is not str or _search(v) is not None:")
-                lines.append(f"            v = _slow(v, _t{i}, {where})")
-            elif spec.conv is INT:
-                lines.append(f"        v = str(v) if v.__class__ is int else _slow(v, _t{i}, {where})")
-            else:
-                lines.append(f"        v = _slow(v, _t{i}, {where})")
-            lines.append(f"        b += il + '<{spec.xml}>' + v + '</{spec.xml}>'")
+            lines += _value_lines(spec.conv, f"_t{i}", where)  # type: ignore[arg-type]
+            lines.append(f"        b += f'{{il}}<{spec.xml}>{{v}}</{spec.xml}>'")
     lines += ["    if u is not None and u.children:",
               "        b += _uc(u, inner)",
               "    if not b:",

@@ -1,0 +1,218 @@
+"""The render path: ``connection_info`` + attach mode → a libvirt ``<disk>``."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+from virtdriver.config import Address, Alias, BlockIO, Disk, Driver, Encryption, IoTune, Secret
+from virtdriver.config import Target
+from virtdriver.errors import InvalidConnectionInfo, InvalidRenderOption
+from virtdriver.policy import apply_policy, effective_attach_mode
+from virtdriver.volume.base import RenderOptions
+from virtdriver.volume.registry import get_driver
+
+LOG = logging.getLogger(__name__)
+
+BUS_PREFIX: Final = {"virtio": "vd", "scsi": "sd", "sata": "sd", "usb": "sd", "ide": "hd"}
+DEVICES: Final = ("disk", "lun")
+MAX_SCSI_UNIT: Final = 16383
+
+_TARGET_DEV = re.compile(r"(vd|sd|hd)[a-z]{1,3}")
+_SERIAL = re.compile(r"[A-Za-z0-9_.+\- ]{1,255}")
+_ALIAS_ID = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+QOS_KEYS: Final = frozenset(f"{kind}_{unit}_sec{suffix}"
+                            for kind in ("total", "read", "write") for unit in ("bytes", "iops")
+                            for suffix in ("", "_max", "_max_length")) | {"size_iops_sec"}
+
+
+def build_disk(connection_info: Mapping[str, Any], *, attach_mode: str = "rw",
+               target_dev: str = "vdb", bus: str = "virtio", device: str = "disk",
+               scsi_unit: int | None = None, luks_secret_uuid: str | None = None,
+               mount_base: str | None = None, label_policy: str = "auto",
+               shared_image_label: str | None = None, native_iscsi: bool = False,
+               native_glusterfs: bool = False, initiator_iqn: str | None = None) -> Disk:
+    """Render the ``<disk>`` for a volume.
+
+    Raises a :class:`~virtdriver.errors.VirtDriverError` subclass naming the offending input for
+    anything invalid or unsafe; never returns XML libvirt's schema would reject.
+    """
+    if not _is_mapping(connection_info):
+        raise InvalidConnectionInfo("connection_info", "is not a JSON object")
+    data = connection_info.get("data")
+    if not _is_mapping(data):
+        raise InvalidConnectionInfo("connection_info.data", "is missing or not a JSON object")
+    _check_target(target_dev, bus, device, scsi_unit)
+    driver = get_driver(connection_info.get("driver_volume_type"))
+    options = RenderOptions(mount_base=mount_base, native_iscsi=native_iscsi,
+                            native_glusterfs=native_glusterfs, initiator_iqn=initiator_iqn)
+    volume = driver.source(data, options)
+    lun = device == "lun"
+    if lun and volume.disk_type == "file":
+        raise InvalidRenderOption(f"device 'lun' needs a block or iSCSI volume, not a "
+                                  f"{driver.volume_type} file")
+
+    multiattach = connection_info.get("multiattach", False)
+    if not isinstance(multiattach, bool):
+        raise InvalidConnectionInfo("connection_info.multiattach", f"{multiattach!r} is not "
+                                    "true or false")
+    mode = effective_attach_mode(attach_mode, data.get("access_mode"))
+    disk = Disk(
+        type=volume.disk_type, device=device,
+        driver=Driver(name="qemu", type=volume.format, cache=volume.cache, io=volume.io,
+                      discard=_discard(data)),
+        source=volume.source,
+        target=Target(dev=target_dev, bus=bus),
+    )
+    if not lun:
+        disk.blockio = _block_sizes(data)
+        disk.serial = _serial(connection_info.get("serial"))
+    qos = data.get("qos_specs")
+    if qos is not None:
+        disk.iotune = iotune_from_qos(qos)
+    if luks_secret_uuid is not None:
+        if not isinstance(luks_secret_uuid, str) or not _UUID.fullmatch(luks_secret_uuid):
+            raise InvalidRenderOption(f"luks_secret_uuid: {luks_secret_uuid!r} is not a UUID")
+        disk.encryption = Encryption(format="luks",
+                                     secret=Secret(type="passphrase", uuid=luks_secret_uuid))
+    alias = user_alias(connection_info)
+    if alias is not None:
+        disk.alias = Alias(name=alias)
+    if scsi_unit is not None:
+        disk.address = Address.drive(scsi_unit)
+    encrypted = luks_secret_uuid is not None or data.get("encrypted") is True
+    return apply_policy(disk, attach_mode=mode, multiattach=multiattach,
+                        host_attached=volume.host_attached, encrypted=encrypted,
+                        label_policy=label_policy, shared_label=shared_image_label)
+
+
+def _is_mapping(value: object) -> bool:
+    return type(value) is dict or isinstance(value, Mapping)
+
+
+def volume_id(connection_info: Mapping[str, Any]) -> str | None:
+    """The volume's id: ``data.volume_id``, else ``serial`` (Cinder sets both to the UUID)."""
+    data = connection_info.get("data")
+    value = data.get("volume_id") if _is_mapping(data) else None
+    where = "connection_info.data.volume_id"
+    if value is None:
+        value, where = connection_info.get("serial"), "connection_info.serial"
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _ALIAS_ID.fullmatch(value):
+        raise InvalidConnectionInfo(where, f"{value!r} is not a volume id (letters, digits, "
+                                    "'-', '_' and '.')")
+    return value
+
+
+def user_alias(connection_info: Mapping[str, Any]) -> str | None:
+    """``ua-<volume id>``, the alias by which the attachment is found again; ``None`` if no id."""
+    vid = volume_id(connection_info)
+    return None if vid is None else f"ua-{vid}"
+
+
+def _check_target(target_dev: object, bus: object, device: object, scsi_unit: object) -> None:
+    if bus not in BUS_PREFIX:
+        raise InvalidRenderOption(f"bus: {bus!r} is not one of {', '.join(BUS_PREFIX)}")
+    if device not in DEVICES:
+        raise InvalidRenderOption(f"device: {device!r} is not 'disk' or 'lun'")
+    if not isinstance(target_dev, str) or not _TARGET_DEV.fullmatch(target_dev):
+        raise InvalidRenderOption(f"target_dev: {target_dev!r} is not a disk device name such "
+                                  "as vdb or sdc")
+    if not target_dev.startswith(BUS_PREFIX[bus]):  # type: ignore[index]
+        raise InvalidRenderOption(f"target_dev: {target_dev!r} does not fit bus {bus!r} "
+                                  f"(use {BUS_PREFIX[bus]}X)")  # type: ignore[index]
+    if device == "lun" and bus != "scsi":
+        raise InvalidRenderOption("device 'lun' needs bus 'scsi'")
+    if scsi_unit is not None:
+        if bus != "scsi":
+            raise InvalidRenderOption("scsi_unit is only meaningful with bus 'scsi'")
+        if (isinstance(scsi_unit, bool) or not isinstance(scsi_unit, int)
+                or not 0 <= scsi_unit <= MAX_SCSI_UNIT):
+            raise InvalidRenderOption(f"scsi_unit: {scsi_unit!r} is not a unit number from 0 "
+                                      f"to {MAX_SCSI_UNIT}")
+
+
+def _serial(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _SERIAL.fullmatch(value):
+        raise InvalidConnectionInfo("connection_info.serial", f"{value!r} is not a disk serial "
+                                    "(letters, digits, space, '_', '.', '+', '-')")
+    return value
+
+
+def _discard(data: Mapping[str, Any]) -> str | None:
+    value = data.get("discard")
+    if value is None or value is False:
+        return None
+    if value is True:
+        return "unmap"
+    raise InvalidConnectionInfo("connection_info.data.discard", f"{value!r} is not true or false")
+
+
+def _block_size(data: Mapping[str, Any], key: str) -> int | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, str) and value.isdigit() and value.isascii():
+        value = int(value)
+    if (isinstance(value, bool) or not isinstance(value, int) or not 512 <= value <= 32768
+            or value & (value - 1)):
+        raise InvalidConnectionInfo(f"connection_info.data.{key}", f"{value!r} is not a power "
+                                    "of two from 512 to 32768")
+    return value
+
+
+def _block_sizes(data: Mapping[str, Any]) -> BlockIO | None:
+    logical = _block_size(data, "logical_block_size")
+    physical = _block_size(data, "physical_block_size")
+    if logical is None and physical is None:
+        return None
+    return BlockIO(logical_block_size=logical, physical_block_size=physical)
+
+
+def iotune_from_qos(qos: object) -> IoTune | None:
+    """``<iotune>`` from Cinder's front-end ``qos_specs``; ``None`` when nothing is limited.
+
+    Unknown keys are ignored with a warning. ``total_*`` together with ``read_*``/``write_*`` of
+    the same kind, a burst without its base rate, a burst below its base rate and a burst length
+    without a burst are refused: libvirt and QEMU reject them at attach time.
+    """
+    where = "connection_info.data.qos_specs"
+    if not _is_mapping(qos):
+        raise InvalidConnectionInfo(where, f"{qos!r} is not a JSON object")
+    values: dict[str, int] = {}
+    for key, raw in qos.items():  # type: ignore[attr-defined]
+        if key not in QOS_KEYS:
+            LOG.warning("ignoring unknown QoS key %r", key)
+            continue
+        value = raw
+        if isinstance(value, str) and value.isdigit() and value.isascii():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidConnectionInfo(f"{where}.{key}", f"{raw!r} is not a non-negative integer")
+        if value:
+            values[key] = value
+    for key in values:
+        if not key.startswith("total") and "_max" not in key:
+            continue  # a plain read/write rate: nothing to cross-check
+        kind, _, rest = key.partition("_")  # "read", "iops_sec_max"
+        if kind == "total":
+            for part in ("read_" + rest, "write_" + rest):
+                if part in values:
+                    raise InvalidConnectionInfo(f"{where}.{key}", f"cannot be combined with {part}")
+        if rest.endswith("_max_length"):
+            if key[: -len("_length")] not in values:
+                raise InvalidConnectionInfo(f"{where}.{key}", f"needs {key[:-len('_length')]}")
+        elif rest.endswith("_max"):
+            base = key[: -len("_max")]
+            if base not in values or values[key] < values[base]:
+                raise InvalidConnectionInfo(f"{where}.{key}", f"needs {base} set and not above it")
+    if "size_iops_sec" in values and not any(k.endswith("iops_sec") for k in values):
+        raise InvalidConnectionInfo(f"{where}.size_iops_sec", "needs an iops limit")
+    return IoTune(**values) if values else None

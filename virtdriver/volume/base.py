@@ -1,0 +1,145 @@
+"""The contract between the render path and a protocol's volume driver.
+
+A volume driver reads ``connection_info`` (Cinder's shape) and answers one question: *where is the
+data and how does QEMU open it?* — as a :class:`VolumeSource`. It never decides read-only,
+sharing, cache policy for sharing, or labels: :mod:`virtdriver.policy` owns those.
+
+``connection_info`` looks like::
+
+    {"driver_volume_type": "iscsi",
+     "serial": "4f1c2b7e-...",
+     "multiattach": true,
+     "data": {"volume_id": "4f1c2b7e-...", "access_mode": "rw",
+              "target_iqn": "iqn.2010-10.org.openstack:volume-4f1c2b7e",
+              "target_portal": "192.0.2.5:3260", "target_lun": 1,
+              "device_path": "/dev/disk/by-path/ip-192.0.2.5:3260-iscsi-...-lun-1",
+              "qos_specs": {"read_iops_sec": 500}, "discard": true}}
+
+``data.device_path`` is filled in by the host connect step (os-brick) for types the host attaches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from virtdriver.config import Source
+from virtdriver.errors import InvalidConnectionInfo
+
+DATA = "connection_info.data"
+
+
+@dataclasses.dataclass(slots=True)
+class RenderOptions:
+    """Host-side choices that influence a volume's source (not its sharing policy)."""
+
+    mount_base: str | None = None
+    native_iscsi: bool = False
+    native_glusterfs: bool = False
+    initiator_iqn: str | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class VolumeSource:
+    """What a volume driver returns: disk type, source, and QEMU's opening defaults."""
+
+    disk_type: str  # "block", "file" or "network"
+    source: Source
+    format: str = "raw"
+    cache: str = "none"
+    io: str | None = None
+
+    @property
+    def host_attached(self) -> bool:
+        """True for a host file or device (labelled by libvirt); network disks are not."""
+        return self.disk_type != "network"
+
+
+class VolumeDriver:
+    """Base of every protocol driver; one subclass per ``driver_volume_type``.
+
+    ``brick_protocol`` names the os-brick connector that connects the host side, or is ``None``
+    when QEMU opens the volume itself (rbd, nbd, QEMU-native iSCSI).
+    """
+
+    volume_type: ClassVar[str]
+    brick_protocol: ClassVar[str | None] = None
+
+    def brick_protocol_for(self, options: RenderOptions) -> str | None:
+        """The os-brick protocol used with these host options (``None``: QEMU connects)."""
+        return self.brick_protocol
+
+    def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
+        raise NotImplementedError
+
+
+# ---- reading ``data`` with messages that say where the problem is ------------------------------
+
+
+def _where(key: str) -> str:
+    return f"{DATA}.{key}"
+
+
+def optional_str(data: Mapping[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidConnectionInfo(_where(key), f"{value!r} is not a string")
+    if not value or "\n" in value or "\r" in value or "\x00" in value:
+        raise InvalidConnectionInfo(_where(key), f"{value!r} must be a non-empty single line")
+    return value
+
+
+def required_str(data: Mapping[str, Any], key: str) -> str:
+    value = optional_str(data, key)
+    if value is None:
+        raise InvalidConnectionInfo(_where(key), "is missing")
+    return value
+
+
+def absolute_path(data: Mapping[str, Any], key: str) -> str:
+    value = required_str(data, key)
+    if not value.startswith("/") or "/../" in value + "/" or value.endswith("/"):
+        raise InvalidConnectionInfo(_where(key), f"{value!r} is not an absolute path to a file "
+                                    "or device")
+    return value
+
+
+def port_number(value: Any, where: str) -> int | None:
+    """A TCP port given as an integer or a string of digits; ``None`` stays ``None``."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.isdigit() and value.isascii():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+        raise InvalidConnectionInfo(where, f"{value!r} is not a TCP port number")
+    return value
+
+
+def host_name(value: Any, where: str) -> str:
+    if (not isinstance(value, str) or not value or len(value) > 255
+            or any(c.isspace() or c in "/<>'\"&\x00" for c in value)):
+        raise InvalidConnectionInfo(where, f"{value!r} is not a host name or address")
+    return value
+
+
+def split_portal(portal: str, where: str) -> tuple[str, int | None]:
+    """``192.0.2.5:3260`` or ``[2001:db8::5]:3260`` into host and port."""
+    if portal.startswith("["):
+        host, _, rest = portal[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else None
+    elif portal.count(":") == 1:
+        host, _, port = portal.partition(":")
+    else:
+        host, port = portal, None
+    return host_name(host, where), port_number(port, where)
+
+
+def disk_format(data: Mapping[str, Any]) -> str:
+    """``data.format`` (qcow2, raw, ...) or raw."""
+    value = optional_str(data, "format") or "raw"
+    if value not in ("raw", "qcow2", "vmdk", "vdi", "vhdx", "vpc", "qed", "parallels", "ploop"):
+        raise InvalidConnectionInfo(_where("format"), f"{value!r} is not a disk format QEMU opens")
+    return value

@@ -1,0 +1,34 @@
+"""GlusterFS: a file on the FUSE-mounted volume, or QEMU's native ``protocol='gluster'``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from virtdriver.config import Host, Source
+from virtdriver.errors import InvalidConnectionInfo
+from virtdriver.volume.base import DATA, RenderOptions, VolumeSource, disk_format, host_name
+from virtdriver.volume.remotefs import RemoteFsVolumeDriver
+
+GLUSTERD_PORT = 24007
+
+
+class GlusterFSVolumeDriver(RemoteFsVolumeDriver):
+    volume_type = "glusterfs"
+    brick_protocol = "GLUSTERFS"
+
+    def brick_protocol_for(self, options: RenderOptions) -> str | None:
+        return None if options.native_glusterfs else self.brick_protocol
+
+    def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
+        if not options.native_glusterfs:
+            return super().source(data, options)
+        export = self.export(data)  # "host:/volume"
+        host, sep, volume = export.partition(":")
+        volume = volume.strip("/")
+        if not sep or not volume or "/" in volume:
+            raise InvalidConnectionInfo(f"{DATA}.export", f"{export!r} is not 'host:/volume'")
+        name = self.file_path(data, RenderOptions(mount_base="/")).rpartition("/")[2]
+        source = Source(protocol="gluster", name=f"{volume}/{name}",
+                        hosts=[Host(name=host_name(host, f"{DATA}.export"), port=GLUSTERD_PORT)])
+        return VolumeSource("network", source, format=disk_format(data))

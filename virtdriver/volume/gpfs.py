@@ -1,0 +1,17 @@
+"""IBM Spectrum Scale (GPFS): a file at ``data.device_path`` on the cluster filesystem."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from virtdriver.config import Source
+from virtdriver.volume.base import RenderOptions, VolumeDriver, VolumeSource, absolute_path
+
+
+class GPFSVolumeDriver(VolumeDriver):
+    volume_type = "gpfs"
+    brick_protocol = "GPFS"
+
+    def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
+        return VolumeSource("file", Source(file=absolute_path(data, "device_path")))

@@ -1,0 +1,8 @@
+"""LightOS NVMe/TCP volumes: a host block device at ``data.device_path``."""
+
+from virtdriver.volume.block import HostBlockDeviceDriver
+
+
+class LightOSVolumeDriver(HostBlockDeviceDriver):
+    volume_type = "lightos"
+    brick_protocol = "LIGHTOS"

@@ -1,0 +1,8 @@
+"""NVMe over Fabrics namespaces (TCP or RDMA): a host block device at ``data.device_path``."""
+
+from virtdriver.volume.block import HostBlockDeviceDriver
+
+
+class NVMeoFVolumeDriver(HostBlockDeviceDriver):
+    volume_type = "nvmeof"
+    brick_protocol = "NVMEOF"

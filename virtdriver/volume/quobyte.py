@@ -1,0 +1,9 @@
+"""Quobyte: a file on the mounted volume; the ``quobyte://`` scheme is not part of the mount."""
+
+from virtdriver.volume.remotefs import RemoteFsVolumeDriver
+
+
+class QuobyteVolumeDriver(RemoteFsVolumeDriver):
+    volume_type = "quobyte"
+    brick_protocol = "QUOBYTE"
+    export_prefix = "quobyte://"

@@ -1,0 +1,57 @@
+"""Ceph RBD, opened by QEMU's librbd: ``<source protocol='rbd' name='pool/image'>``."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from virtdriver.config import Auth, Host, Secret, Source
+from virtdriver.errors import InvalidConnectionInfo
+from virtdriver.volume.base import (
+    DATA,
+    RenderOptions,
+    VolumeDriver,
+    VolumeSource,
+    host_name,
+    optional_str,
+    port_number,
+    required_str,
+)
+
+_IMAGE_NAME = re.compile(r"[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+){1,2}")
+_UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}")
+
+
+def _list(data: Mapping[str, Any], key: str) -> list[Any]:
+    value = data.get(key) or []
+    if not isinstance(value, list):
+        raise InvalidConnectionInfo(f"{DATA}.{key}", f"{value!r} is not a list")
+    return value
+
+
+class RBDVolumeDriver(VolumeDriver):
+    volume_type = "rbd"
+
+    def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
+        name = required_str(data, "name")
+        if not _IMAGE_NAME.fullmatch(name):
+            raise InvalidConnectionInfo(f"{DATA}.name", f"{name!r} is not 'pool/image'")
+        hosts, ports = _list(data, "hosts"), _list(data, "ports")
+        if ports and len(ports) != len(hosts):
+            raise InvalidConnectionInfo(f"{DATA}.ports", f"has {len(ports)} entries for "
+                                        f"{len(hosts)} hosts")
+        source = Source(protocol="rbd", name=name, hosts=[
+            Host(name=host_name(h, f"{DATA}.hosts[{i}]"),
+                 port=port_number(ports[i] if ports else None, f"{DATA}.ports[{i}]"))
+            for i, h in enumerate(hosts)])
+        if data.get("auth_enabled"):
+            uuid = required_str(data, "secret_uuid")
+            if not _UUID.fullmatch(uuid):
+                raise InvalidConnectionInfo(f"{DATA}.secret_uuid", f"{uuid!r} is not a UUID")
+            secret_type = optional_str(data, "secret_type") or "ceph"
+            if secret_type != "ceph":
+                raise InvalidConnectionInfo(f"{DATA}.secret_type", f"{secret_type!r} is not ceph")
+            source.auth = Auth(username=required_str(data, "auth_username"),
+                               secret=Secret(type="ceph", uuid=uuid))
+        return VolumeSource("network", source)

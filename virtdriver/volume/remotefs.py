@@ -1,0 +1,60 @@
+"""Volumes that are files on a shared filesystem the host mounts (NFS, GlusterFS, SMB, ...).
+
+The file lives at ``<mount_base>/<md5 hex of the export>/<data.name>``, the path os-brick's
+RemoteFsClient mounts the share at; ``data.device_path``, when the connect step filled it in, wins.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from virtdriver.config import Source
+from virtdriver.errors import InvalidConnectionInfo
+from virtdriver.volume.base import (
+    DATA,
+    RenderOptions,
+    VolumeDriver,
+    VolumeSource,
+    absolute_path,
+    disk_format,
+    required_str,
+)
+
+
+def mount_point(mount_base: str, export: str) -> str:
+    """Where os-brick's RemoteFsClient mounts ``export`` below ``mount_base``."""
+    return posixpath.join(mount_base, hashlib.md5(export.encode()).hexdigest())  # noqa: S324
+
+
+class RemoteFsVolumeDriver(VolumeDriver):
+    """A file on a mounted share; subclasses set protocol, cache and I/O defaults."""
+
+    cache: ClassVar[str] = "none"
+    io: ClassVar[str | None] = "native"
+    export_prefix: ClassVar[str] = ""
+
+    def export(self, data: Mapping[str, Any]) -> str:
+        export = required_str(data, "export")
+        if self.export_prefix and export.startswith(self.export_prefix):
+            export = export[len(self.export_prefix):]
+        return export
+
+    def file_path(self, data: Mapping[str, Any], options: RenderOptions) -> str:
+        if data.get("device_path") is not None:
+            return absolute_path(data, "device_path")
+        name = required_str(data, "name")
+        if "/" in name or name in (".", ".."):
+            raise InvalidConnectionInfo(f"{DATA}.name", f"{name!r} is not a file name")
+        if not options.mount_base:
+            raise InvalidConnectionInfo(f"{DATA}.device_path", "is missing and no mount base "
+                                        "was given to find the file on the share")
+        if not options.mount_base.startswith("/"):
+            raise InvalidConnectionInfo("mount_base", f"{options.mount_base!r} is not absolute")
+        return posixpath.join(mount_point(options.mount_base, self.export(data)), name)
+
+    def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
+        return VolumeSource("file", Source(file=self.file_path(data, options)),
+                            format=disk_format(data), cache=self.cache, io=self.io)
