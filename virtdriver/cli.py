@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
@@ -112,7 +114,120 @@ def _unit(text: str) -> int:
     return int(text)
 
 
-COMMANDS: list[Callable[[Any], None]] = [_add_render]
+# ---- commands that talk to libvirt -------------------------------------------------------------
+
+
+def _driver(args: argparse.Namespace) -> Any:
+    from virtdriver.driver import LibvirtVolumeDriver
+
+    return LibvirtVolumeDriver(args.connect, state_dir=args.state_dir,
+                               mount_base=getattr(args, "mount_base", None),
+                               label_policy=getattr(args, "label_policy", "auto"),
+                               shared_image_label=getattr(args, "shared_image_label", None),
+                               native_iscsi=getattr(args, "native_iscsi", False),
+                               native_glusterfs=getattr(args, "native_glusterfs", False))
+
+
+def _print_table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> None:
+    widths = [max([len(title)] + [len(str(r.get(key, ""))) for r in rows])
+              for key, title in columns]
+    print("  ".join(title.ljust(w) for (_, title), w in zip(columns, widths)).rstrip())
+    print("  ".join("-" * w for w in widths))
+    for row in rows:
+        print("  ".join(str(row.get(key, "")).ljust(w)
+                        for (key, _), w in zip(columns, widths)).rstrip())
+
+
+ATTACHMENT_COLUMNS = [("device", "Device"), ("volumeId", "Volume"), ("attach_mode", "Mode"),
+                      ("shareable", "Shareable"), ("cache", "Cache"), ("source", "Source")]
+
+
+def _attach(args: argparse.Namespace) -> int:
+    info = load_connection_info(args.connection_info)
+    if args.multiattach and isinstance(info, dict):
+        info["multiattach"] = True
+    att = _driver(args).attach_volume(info, args.domain, attach_mode=args.attach_mode,
+                                      target_dev=args.target_dev, bus=args.bus,
+                                      device=args.device,
+                                      luks_secret_uuid=args.luks_secret_uuid)
+    print(f"Volume {att.volumeId} attached to {att.server_name} as {att.device} "
+          f"({att.attach_mode}{', shareable' if att.shareable else ''})")
+    return 0
+
+
+def _detach(args: argparse.Namespace) -> int:
+    _driver(args).detach_volume(args.domain, args.volume_id, timeout=args.timeout)
+    print(f"Volume {args.volume_id} detached from {args.domain}")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    attachments = [a.to_api() for a in _driver(args).list_attachments(args.domain)]
+    if args.json:
+        print(json.dumps({"volumeAttachments": attachments}, indent=2))
+    else:
+        _print_table(attachments, ATTACHMENT_COLUMNS)
+    return 0
+
+
+def _capabilities(args: argparse.Namespace) -> int:
+    caps = _driver(args).capabilities()
+    if args.json:
+        print(json.dumps(caps, indent=2))
+    else:
+        for key, value in caps.items():
+            print(f"{key + ':':<24}{value}")
+    return 0
+
+
+def _add_hypervisor_commands(sub: Any) -> None:
+    raw = argparse.RawDescriptionHelpFormatter
+    p = sub.add_parser(
+        "attach", help="attach a volume to a guest", formatter_class=raw,
+        description="Connect the host side, render the disk and attach it to the running guest "
+                    "and its persistent definition. Anything done is undone on failure.",
+        epilog="examples:\n"
+               "  virtdriver attach guest-a volume.json\n"
+               "  virtdriver attach guest-b volume.json --attach-mode ro --multiattach")
+    p.add_argument("domain", metavar="DOMAIN", help="guest name or UUID")
+    p.add_argument("connection_info", metavar="CONNECTION_INFO",
+                   help="connection_info as a JSON file, or - for stdin")
+    add_attach_mode(p)
+    p.add_argument("--multiattach", action="store_true", help="the volume is multiattach")
+    p.add_argument("--target-dev", metavar="DEV", help="guest device (default: first free)")
+    p.add_argument("--bus", choices=sorted(DEFAULT_TARGET),
+                   help="guest bus (default: scsi when the guest has a SCSI controller)")
+    p.add_argument("--device", default="disk", choices=("disk", "lun"))
+    p.add_argument("--luks-secret-uuid", metavar="UUID")
+    add_host_options(p)
+    p.set_defaults(func=_attach)
+
+    p = sub.add_parser(
+        "detach", help="detach a volume from a guest", formatter_class=raw,
+        description="Detach one attachment, wait for libvirt to confirm the removal, and "
+                    "disconnect the host side when no other guest on this host uses it.",
+        epilog="example:\n  virtdriver detach guest-a 4f1c2b7e-9d1a-4c55-8e0b-2f3a4b5c6d7e")
+    p.add_argument("domain", metavar="DOMAIN", help="guest name or UUID")
+    p.add_argument("volume_id", metavar="VOLUME_ID")
+    p.add_argument("--timeout", type=float, metavar="S", help="seconds to wait (default 30)")
+    p.set_defaults(func=_detach)
+
+    p = sub.add_parser("list", help="list a guest's volume attachments", formatter_class=raw,
+                       description="List the volumes attached to a guest.",
+                       epilog="examples:\n  virtdriver list guest-a\n"
+                              "  virtdriver list guest-a --json")
+    p.add_argument("domain", metavar="DOMAIN", help="guest name or UUID")
+    p.add_argument("--json", action="store_true", help="os-volume_attachments JSON")
+    p.set_defaults(func=_list)
+
+    p = sub.add_parser("capabilities", help="what this host supports",
+                       description="Report multiattach and read-only attach support, read from "
+                                   "the running libvirt and QEMU.")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_capabilities)
+
+
+COMMANDS: list[Callable[[Any], None]] = [_add_render, _add_hypervisor_commands]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,6 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-c", "--connect", metavar="URI",
                         default=os.environ.get("VIRTDRIVER_URI", "qemu:///system"),
                         help="libvirt URI (default: $VIRTDRIVER_URI or qemu:///system)")
+    parser.add_argument("--state-dir", metavar="DIR",
+                        default=os.environ.get("VIRTDRIVER_STATE_DIR", "/var/lib/virtdriver"),
+                        help="locks and host-connection records (default: /var/lib/virtdriver)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for add in COMMANDS:
@@ -131,6 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    warnings.simplefilter("ignore")  # os-brick's eventlet warnings are not for the operator
+    logging.basicConfig(level=logging.ERROR, format="virtdriver: %(message)s")
     try:
         args = build_parser().parse_args(argv)
         return int(args.func(args))

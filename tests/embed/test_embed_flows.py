@@ -1,0 +1,82 @@
+"""The same attach/detach flows through the in-process driver, qemu:///embed (no daemon)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.guests import (
+    Guests,
+    ReadOnlyWrite,
+    block_info,
+    embed_uri,
+    open_connection,
+    process_embed_root,
+    read_pattern,
+    write_pattern,
+)
+from virtdriver.errors import AttachFailed, VolumeInUse
+
+from tests.conftest import local_volume
+
+pytestmark = pytest.mark.hypervisor
+
+
+@pytest.fixture(scope="module")
+def embed_conn():
+    conn = open_connection(embed_uri(process_embed_root()))
+    yield conn
+    conn.close()
+
+
+@pytest.fixture
+def embed_guests(embed_conn):
+    with Guests(embed_conn) as made:
+        yield made
+
+
+@pytest.fixture
+def embed_driver(tmp_path, embed_conn):
+    from virtdriver import LibvirtVolumeDriver
+
+    driver = LibvirtVolumeDriver(embed_uri(process_embed_root()), state_dir=tmp_path / "state")
+    yield driver
+    driver.close()
+
+
+def test_multiattach_flow_through_embed(embed_guests, embed_driver, loop_device) -> None:
+    a, b = embed_guests.start("ea"), embed_guests.start("eb")
+    info = local_volume(loop_device.device, multiattach=True)
+    vid = info["data"]["volume_id"]
+    alias = f"ua-{vid}"
+    embed_driver.attach_volume(info, a.name())
+    embed_driver.attach_volume(info, b.name(), attach_mode="ro")
+    assert block_info(b, alias).ro and block_info(a, alias).direct
+    write_pattern(a, alias, 0x77)
+    assert read_pattern(b, alias, 0x77)
+    with pytest.raises(ReadOnlyWrite):
+        write_pattern(b, alias, 0x01)
+    embed_driver.detach_volume(a.name(), vid)
+    assert read_pattern(b, alias, 0x77)
+    assert embed_driver.host.connected() == [vid]
+    embed_driver.detach_volume(b.name(), vid)
+    assert embed_driver.host.connected() == []
+    assert embed_driver.list_attachments(b.name()) == []
+
+
+def test_refusal_and_rollback_through_embed(embed_guests, embed_driver, loop_device) -> None:
+    a, b = embed_guests.start("ea"), embed_guests.start("eb")
+    info = local_volume(loop_device.device, multiattach=False)
+    embed_driver.attach_volume(info, a.name())
+    with pytest.raises(VolumeInUse):
+        embed_driver.attach_volume(info, b.name())
+    other = local_volume(loop_device.device, multiattach=True)
+    with pytest.raises(VolumeInUse, match="under another name"):
+        embed_driver.attach_volume(other, b.name())
+    assert embed_driver.host.connected() == [info["data"]["volume_id"]]
+    embed_driver.detach_volume(a.name(), info["data"]["volume_id"])
+    assert embed_driver.host.connected() == []
+    with pytest.raises(AttachFailed) as caught:
+        embed_driver.attach_volume(other, b.name(), bus="virtio")
+    assert "hotplug" in (caught.value.libvirt_message or "")
+    assert embed_driver.list_attachments(b.name()) == []
+    assert embed_driver.host.connected() == []

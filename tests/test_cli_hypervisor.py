@@ -1,0 +1,59 @@
+"""The attach/detach/list/capabilities commands against the real libvirtd."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import file_volume
+
+pytestmark = pytest.mark.hypervisor
+
+
+def run(*args: str, state) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "virtdriver", "--connect", "qemu:///system",
+                           "--state-dir", str(state), *args],
+                          capture_output=True, text=True, check=False)
+
+
+def test_attach_list_detach(guests, tmp_path) -> None:
+    a = guests.start("cli")
+    image = tmp_path / "v.raw"
+    subprocess.run(["truncate", "-s", "8M", str(image)], check=True)
+    info = file_volume(str(image), multiattach=True)
+    vid = info["data"]["volume_id"]
+    path = tmp_path / "v.json"
+    path.write_text(json.dumps(info))
+    state = tmp_path / "state"
+
+    done = run("attach", a.name(), str(path), "--attach-mode", "ro", state=state)
+    assert done.returncode == 0, done.stderr
+    assert f"attached to {a.name()} as /dev/sda (ro, shareable)" in done.stdout
+
+    listed = json.loads(run("list", a.name(), "--json", state=state).stdout)
+    (entry,) = listed["volumeAttachments"]
+    assert {k: entry[k] for k in ("device", "id", "serverId", "volumeId", "attach_mode")} == {
+        "device": "/dev/sda", "id": vid, "serverId": a.UUIDString(), "volumeId": vid,
+        "attach_mode": "ro"}
+    table = run("list", a.name(), state=state).stdout
+    assert "Device" in table and vid in table
+
+    assert run("detach", a.name(), vid, state=state).returncode == 0
+    again = run("detach", a.name(), vid, state=state)
+    assert again.returncode == 1 and again.stderr.startswith("virtdriver: error: volume")
+    assert len(again.stderr.splitlines()) == 1 and "Traceback" not in again.stderr
+
+
+def test_errors_are_one_line(tmp_path) -> None:
+    done = run("list", "no-such-guest", state=tmp_path)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "virtdriver: error: no guest named or with UUID 'no-such-guest' on qemu:///system"]
+
+
+def test_capabilities_json(tmp_path) -> None:
+    caps = json.loads(run("capabilities", "--json", state=tmp_path).stdout)
+    assert caps["supports_multiattach"] is True and caps["supports_attach_mode"] is True

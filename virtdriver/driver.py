@@ -1,0 +1,422 @@
+"""The volume driver a compute service loads: attach, detach, list, capabilities.
+
+    from virtdriver import LibvirtVolumeDriver
+    driver = LibvirtVolumeDriver("qemu:///system")
+    attachment = driver.attach_volume(connection_info, "guest-a", attach_mode="ro")
+    driver.detach_volume("guest-a", attachment.volumeId)
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import logging
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import libvirt
+
+from virtdriver.config import Disk, DomainDisks
+from virtdriver.errors import (
+    AttachFailed,
+    DetachFailed,
+    DetachTimeout,
+    HypervisorError,
+    InvalidConnectionInfo,
+    NotAttached,
+    VirtDriverError,
+    VolumeInUse,
+)
+from virtdriver.hypervisor import brick
+from virtdriver.hypervisor.connection import Connection, libvirt_message
+from virtdriver.hypervisor.hostconn import HostConnections
+from virtdriver.hypervisor.locks import volume_lock
+from virtdriver.hypervisor.targets import bus_for, pick_target
+from virtdriver.hypervisor.usage import DiskUse, domain_disks, host_disks, source_key
+from virtdriver.policy import check_attach_mode
+from virtdriver.render import build_disk, volume_id
+from virtdriver.secrets import redact, secret_values
+from virtdriver.volume import RenderOptions, get_driver
+
+LOG = logging.getLogger(__name__)
+
+DEFAULT_STATE_DIR = Path("/var/lib/virtdriver")
+ALIAS_PREFIX = "ua-"
+# libvirt >= 3.10 passes share-rw=on for <shareable/> disks; QEMU >= 2.10 has share-rw.
+MIN_LIBVIRT_SHARE_RW = 3_010_000
+MIN_QEMU_SHARE_RW = 2_010_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Attachment:
+    """One volume attached to one guest, in the compute API's os-volume_attachments shape."""
+
+    device: str
+    id: str
+    serverId: str  # noqa: N815 - the compute API's spelling
+    volumeId: str  # noqa: N815
+    attach_mode: str
+    shareable: bool
+    source: str
+    server_name: str
+    target_dev: str
+    bus: str | None
+    cache: str | None
+    live: bool
+
+    def to_api(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_use(cls, use: DiskUse) -> Attachment | None:
+        disk = use.disk
+        alias = use.alias
+        if alias is None or not alias.startswith(ALIAS_PREFIX) or disk.target is None:
+            return None
+        vid = alias[len(ALIAS_PREFIX):]
+        return cls(device=f"/dev/{disk.target.dev}", id=vid, serverId=use.domain_uuid,
+                   volumeId=vid, attach_mode="ro" if disk.readonly else "rw",
+                   shareable=disk.shareable, source=describe_source(disk),
+                   server_name=use.domain_name, target_dev=disk.target.dev or "",
+                   bus=disk.target.bus, cache=disk.driver.cache if disk.driver else None,
+                   live=use.live)
+
+
+def describe_source(disk: Disk) -> str:
+    src = disk.source
+    if src is None:
+        return ""
+    if src.protocol:
+        hosts = ",".join(f"{h.name}:{h.port}" if h.port else (h.name or h.socket or "")
+                         for h in src.hosts)
+        return f"{src.protocol}://{hosts}/{src.name or ''}"
+    return src.dev or src.file or src.dir or ""
+
+
+class LibvirtVolumeDriver:
+    """Attach and detach volumes on one libvirt host, multiattach-safe.
+
+    ``state_dir`` holds the per-volume locks and the host-connection records;
+    ``mount_base`` is where shares (NFS, GlusterFS, ...) are mounted.
+    """
+
+    def __init__(self, uri: str = "qemu:///system", *, state_dir: str | Path = DEFAULT_STATE_DIR,
+                 mount_base: str | Path | None = None, label_policy: str = "auto",
+                 shared_image_label: str | None = None, detach_timeout: float = 30.0,
+                 native_iscsi: bool = False, native_glusterfs: bool = False) -> None:
+        self.uri = uri
+        self.state_dir = Path(state_dir)
+        self.lock_dir = self.state_dir / "locks"
+        self.mount_base = str(mount_base) if mount_base else str(self.state_dir / "mnt")
+        self.label_policy = label_policy
+        self.shared_image_label = shared_image_label
+        self.detach_timeout = detach_timeout
+        self.native_iscsi = native_iscsi
+        self.native_glusterfs = native_glusterfs
+        self.connection = Connection(uri)
+        self.host = HostConnections(self.state_dir)
+
+    # ---- queries ----------------------------------------------------------------------------
+
+    def list_attachments(self, instance: str) -> list[Attachment]:
+        """The volumes attached to a guest (live state for a running guest)."""
+        dom = self.connection.domain(instance)
+        try:
+            uses = domain_disks(dom)
+        except libvirt.libvirtError as exc:
+            raise HypervisorError(f"cannot read guest {instance!r}", libvirt_message(exc)) from None
+        found: dict[str, Attachment] = {}
+        for use in uses:
+            att = Attachment.from_use(use)
+            if att is not None and att.volumeId not in found:
+                found[att.volumeId] = att
+        return list(found.values())
+
+    def volume_users(self, volume: str) -> list[DiskUse]:
+        """Every disk on this host that is ``volume`` (a volume id)."""
+        return self._users(ALIAS_PREFIX + volume)
+
+    def connector_properties(self, attach_mode: str = "rw", *, my_ip: str = "127.0.0.1",
+                             multipath: bool = False) -> dict[str, Any]:
+        """os-brick's host connector properties plus ``mode``, for the storage service."""
+        props = brick.connector_properties(self.state_dir, my_ip=my_ip, multipath=multipath)
+        props["mode"] = check_attach_mode(attach_mode)
+        return props
+
+    def capabilities(self) -> dict[str, Any]:
+        """What this host supports, read from the running libvirt and QEMU."""
+        conn = self.connection.get()
+        libvirt_version = conn.getLibVersion()
+        qemu_version = conn.getVersion()
+        emulator = _emulator(conn)
+        share_rw = _qemu_has_share_rw(emulator) if emulator else False
+        multiattach = (libvirt_version >= MIN_LIBVIRT_SHARE_RW
+                       and qemu_version >= MIN_QEMU_SHARE_RW and share_rw)
+        return {
+            "libvirt_version": _version(libvirt_version),
+            "qemu_version": _version(qemu_version),
+            "emulator": emulator,
+            "qemu_share_rw": share_rw,
+            "supports_multiattach": multiattach,
+            "supports_attach_mode": multiattach,
+        }
+
+    # ---- attach -----------------------------------------------------------------------------
+
+    def attach_volume(self, connection_info: Mapping[str, Any], instance: str, *,
+                      attach_mode: str = "rw", target_dev: str | None = None,
+                      bus: str | None = None, device: str = "disk",
+                      luks_secret_uuid: str | None = None) -> Attachment:
+        """Connect the host side, render, and attach to the guest (live and persistent).
+
+        Anything that fails after the host connect is undone, the host connect included unless
+        another local guest still uses the volume.
+        """
+        check_attach_mode(attach_mode)
+        info = _copy_info(connection_info)
+        vid = _required_volume_id(info)
+        secrets = secret_values(info)
+        volume_driver = get_driver(info.get("driver_volume_type"))
+        options = self._render_options()
+        protocol = volume_driver.brick_protocol_for(options)
+        dom = self.connection.domain(instance)
+        alias = ALIAS_PREFIX + vid
+        with volume_lock(self.lock_dir, vid):
+            host = self._host_disks()
+            users = [u for u in host if u.alias == alias]
+            multiattach = info.get("multiattach") is True
+            self._check_sharing(users, dom, vid, multiattach)
+            if protocol is not None:
+                device_info = self.host.connect(vid, protocol, self._brick_properties(info))
+                if device_info.get("path"):
+                    info["data"]["device_path"] = device_info["path"]
+            try:
+                return self._attach(dom, info, alias, host, multiattach, attach_mode=attach_mode,
+                                    target_dev=target_dev, bus=bus, device=device,
+                                    luks_secret_uuid=luks_secret_uuid)
+            except VirtDriverError as exc:
+                self._undo_attach(dom, alias)
+                if protocol is not None and not users:
+                    if isinstance(exc, VolumeInUse):
+                        self.host.forget(vid)  # the device is another attachment's: keep it
+                    else:
+                        self._disconnect_quietly(vid)
+                if isinstance(exc, AttachFailed):
+                    raise
+                raise AttachFailed(f"attaching volume {vid} to {dom.name()} failed",
+                                   redact(str(exc), secrets)) from None
+
+    def _attach(self, dom: libvirt.virDomain, info: dict[str, Any], alias: str,
+                host: list[DiskUse], multiattach: bool, *, attach_mode: str,
+                target_dev: str | None, bus: str | None, device: str,
+                luks_secret_uuid: str | None) -> Attachment:
+        disks = [u.disk for u in self._domain_disks(dom)]
+        controllers = DomainDisks.from_xml(dom.XMLDesc(0)).controllers
+        has_scsi = any(kind == "scsi" for kind, _ in controllers)
+        bus = bus or bus_for(target_dev, has_scsi)
+        target_dev, unit = pick_target(disks, bus, target_dev)
+        disk = build_disk(info, attach_mode=attach_mode, target_dev=target_dev, bus=bus,
+                          device=device, scsi_unit=unit, luks_secret_uuid=luks_secret_uuid,
+                          mount_base=self.mount_base, label_policy=self.label_policy,
+                          shared_image_label=self.shared_image_label,
+                          native_iscsi=self.native_iscsi, native_glusterfs=self.native_glusterfs)
+        key = source_key(disk)
+        clash = sorted({u.domain_name for u in host
+                        if u.alias != alias and key is not None and source_key(u.disk) == key
+                        and (not multiattach or not u.disk.shareable)})
+        if clash:
+            raise VolumeInUse(f"the data of volume {alias[3:]} ({describe_source(disk)}) is "
+                              f"already used by {', '.join(clash)} under another name; refusing "
+                              "to share it")
+        try:
+            dom.attachDeviceFlags(disk.to_xml(), _flags(dom))
+        except libvirt.libvirtError as exc:
+            raise AttachFailed(f"libvirt refused to attach volume {alias[3:]} to {dom.name()}",
+                               libvirt_message(exc)) from None
+        use = next((u for u in self._domain_disks(dom) if u.alias == alias), None)
+        attachment = Attachment.from_use(use) if use is not None else None
+        if attachment is None:
+            raise AttachFailed(f"volume {alias[3:]} does not appear in {dom.name()} after attach")
+        return attachment
+
+    def _check_sharing(self, users: list[DiskUse], dom: libvirt.virDomain, vid: str,
+                       multiattach: bool) -> None:
+        uuid = dom.UUIDString()
+        mine = [u for u in users if u.domain_uuid == uuid]
+        if mine:
+            raise AttachFailed(f"volume {vid} is already attached to {dom.name()} as "
+                               f"{mine[0].disk.target.dev if mine[0].disk.target else '?'}")
+        others = sorted({u.domain_name for u in users})
+        if others and not multiattach:
+            raise VolumeInUse(f"volume {vid} is attached to {', '.join(others)} on this host and "
+                              "is not multiattach; refusing to attach it to another guest")
+        unshared = sorted({u.domain_name for u in users if not u.disk.shareable})
+        if unshared:
+            raise VolumeInUse(f"volume {vid} is attached to {', '.join(unshared)} without "
+                              "<shareable/>; detach it there first")
+
+    def _undo_attach(self, dom: libvirt.virDomain, alias: str) -> None:
+        """Remove whatever part of a failed attach made it into the guest."""
+        for use in self._domain_disks(dom):
+            if use.alias != alias:
+                continue
+            flags = libvirt.VIR_DOMAIN_AFFECT_LIVE if use.live else libvirt.VIR_DOMAIN_AFFECT_CONFIG
+            try:
+                if use.live:
+                    self._detach_live(dom, use.disk, alias, self.detach_timeout)
+                else:
+                    dom.detachDeviceFlags(use.disk.to_xml(), flags)
+            except (libvirt.libvirtError, VirtDriverError) as exc:
+                LOG.error("could not undo attach of %s to %s: %s", alias, dom.name(), exc)
+
+    # ---- detach -----------------------------------------------------------------------------
+
+    def detach_volume(self, instance: str, volume_id: str, *, timeout: float | None = None,
+                      connection_info: Mapping[str, Any] | None = None) -> None:
+        """Detach one attachment; disconnect the host side when no local guest still uses it.
+
+        Waits for libvirt's device-removed event (``timeout`` seconds, default the driver's
+        ``detach_timeout``); :class:`DetachTimeout` leaves the attachment in place.
+        """
+        dom = self.connection.domain(instance)
+        alias = ALIAS_PREFIX + volume_id
+        timeout = self.detach_timeout if timeout is None else timeout
+        with volume_lock(self.lock_dir, _lock_name(volume_id)):
+            mine = [u for u in self._domain_disks(dom) if u.alias == alias]
+            if not mine:
+                raise NotAttached(f"volume {volume_id} is not attached to {dom.name()}")
+            for use in sorted(mine, key=lambda u: not u.live):  # live first, then the definition
+                if use.live:
+                    self._detach_live(dom, use.disk, alias, timeout)
+                else:
+                    try:
+                        dom.detachDeviceFlags(use.disk.to_xml(), libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+                    except libvirt.libvirtError as exc:
+                        raise DetachFailed(f"cannot remove volume {volume_id} from the definition "
+                                           f"of {dom.name()}", libvirt_message(exc)) from None
+            if not self._users(alias):
+                props = None
+                if connection_info is not None:
+                    props = self._brick_properties(_copy_info(connection_info))
+                self.host.disconnect(volume_id, props)
+
+    def _detach_live(self, dom: libvirt.virDomain, disk: Disk, alias: str,
+                     timeout: float) -> None:
+        removals = self.connection.removals
+        uuid = dom.UUIDString()
+        removals.expect(uuid, alias)
+        try:
+            try:
+                dom.detachDeviceFlags(disk.to_xml(), libvirt.VIR_DOMAIN_AFFECT_LIVE)
+            except libvirt.libvirtError as exc:
+                if exc.get_error_code() == libvirt.VIR_ERR_DEVICE_MISSING:
+                    return  # already gone
+                raise DetachFailed(f"libvirt refused to detach {alias[3:]} from {dom.name()}",
+                                   libvirt_message(exc)) from None
+            result = removals.wait(uuid, alias, timeout)
+        finally:
+            removals.forget(uuid, alias)
+        if result is False:
+            raise DetachFailed(f"guest {dom.name()} refused to release volume {alias[3:]}")
+        if result is None and any(u.alias == alias and u.live for u in self._domain_disks(dom)):
+            raise DetachTimeout(f"guest {dom.name()} did not release volume {alias[3:]} within "
+                                f"{timeout:g} s; it stays attached (retry the detach later)")
+
+    # ---- helpers ----------------------------------------------------------------------------
+
+    def _render_options(self) -> RenderOptions:
+        return RenderOptions(mount_base=self.mount_base, native_iscsi=self.native_iscsi,
+                             native_glusterfs=self.native_glusterfs)
+
+    def _brick_properties(self, info: dict[str, Any]) -> dict[str, Any]:
+        return dict(info["data"])
+
+    def _users(self, alias: str) -> list[DiskUse]:
+        return [u for u in self._host_disks() if u.alias == alias]
+
+    def _host_disks(self) -> list[DiskUse]:
+        try:
+            return host_disks(self.connection.get())
+        except libvirt.libvirtError as exc:
+            raise HypervisorError("cannot read the host's guests", libvirt_message(exc)) from None
+
+    def _domain_disks(self, dom: libvirt.virDomain) -> list[DiskUse]:
+        try:
+            return domain_disks(dom)
+        except libvirt.libvirtError as exc:
+            raise HypervisorError(f"cannot read guest {dom.name()}", libvirt_message(exc)) from None
+
+    def _disconnect_quietly(self, vid: str) -> None:
+        try:
+            self.host.disconnect(vid)
+        except VirtDriverError as exc:
+            LOG.error("could not release the host connection of %s: %s", vid, exc)
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def _copy_info(connection_info: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(connection_info, Mapping):
+        raise InvalidConnectionInfo("connection_info", "is not a JSON object")
+    info = copy.deepcopy(dict(connection_info))
+    if not isinstance(info.get("data"), Mapping):
+        raise InvalidConnectionInfo("connection_info.data", "is missing or not a JSON object")
+    info["data"] = dict(info["data"])
+    return info
+
+
+def _required_volume_id(info: Mapping[str, Any]) -> str:
+    vid = volume_id(info)
+    if vid is None:
+        raise InvalidConnectionInfo("connection_info.data.volume_id",
+                                    "is missing (neither volume_id nor serial identifies the "
+                                    "volume, so its attachments could not be found again)")
+    return vid
+
+
+def _lock_name(vid: str) -> str:
+    if not vid or "/" in vid or vid.startswith("."):
+        raise NotAttached(f"{vid!r} is not a volume id")
+    return vid
+
+
+def _flags(dom: libvirt.virDomain) -> int:
+    flags = libvirt.VIR_DOMAIN_AFFECT_LIVE if dom.isActive() else 0
+    if dom.isPersistent():
+        flags |= libvirt.VIR_DOMAIN_AFFECT_CONFIG
+    return flags
+
+
+def _version(number: int) -> str:
+    return f"{number // 1_000_000}.{number // 1000 % 1000}.{number % 1000}"
+
+
+def _emulator(conn: libvirt.virConnect) -> str | None:
+    try:
+        caps = DomainCapsReader(conn.getDomainCapabilities(None, None, None, None, 0))
+    except libvirt.libvirtError:
+        return None
+    return caps.emulator
+
+
+class DomainCapsReader:
+    def __init__(self, xml: str) -> None:
+        from virtdriver.config.model import parse_xml
+
+        self.emulator = parse_xml(xml).findtext("path")
+
+
+@functools.cache
+def _qemu_has_share_rw(emulator: str) -> bool:
+    """Whether this QEMU's SCSI and virtio disks have the ``share-rw`` property."""
+    try:
+        done = subprocess.run([emulator, "-machine", "none", "-nodefaults", "-device",
+                               "scsi-hd,help"], capture_output=True, text=True, timeout=20,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "share-rw" in done.stdout

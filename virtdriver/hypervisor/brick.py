@@ -1,0 +1,93 @@
+"""os-brick, set up the way a process that is already root needs it, loaded lazily.
+
+- privileged calls run in-process (there is no ``sudo`` to start ``privsep-helper``);
+- ``[oslo_concurrency] lock_path`` is set before connectors that take external locks are used;
+- importing os-brick pulls in eventlet and its deprecation warnings: they are kept out of output.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
+
+from virtdriver.errors import HostConnectFailed
+
+LOG = logging.getLogger(__name__)
+ROOT_HELPER = "sudo"  # never used: privileged calls stay in-process
+
+_setup_lock = threading.Lock()
+_ready = False
+
+
+def setup(lock_dir: Path) -> None:
+    """Configure os-brick once per process."""
+    global _ready
+    with _setup_lock:
+        if _ready:
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import os_brick
+            import os_brick.privileged
+            from oslo_concurrency import lockutils
+            from oslo_config import cfg
+
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        # The default only: an embedding service that configured lock_path keeps its own.
+        lockutils.set_defaults(str(lock_dir))
+        os_brick.setup(cfg.CONF)
+        os_brick.privileged.default.set_client_mode(False)
+        _ready = True
+
+
+def connector_for(protocol: str, lock_dir: Path, *, use_multipath: bool = False) -> Any:
+    """An os-brick connector for ``protocol`` (ISCSI, LOCAL, NFS, ...)."""
+    setup(lock_dir)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from os_brick.initiator import connector
+
+    return connector.InitiatorConnector.factory(
+        protocol, ROOT_HELPER, use_multipath=use_multipath, device_scan_attempts=3)
+
+
+def connector_properties(lock_dir: Path, *, my_ip: str = "127.0.0.1",
+                         multipath: bool = False) -> dict[str, Any]:
+    """os-brick's host connector properties (initiator name, host, NQN, ...)."""
+    setup(lock_dir)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from os_brick.initiator import connector
+
+    try:
+        return dict(connector.get_connector_properties(ROOT_HELPER, my_ip, multipath, False))
+    except Exception as exc:  # os-brick raises many unrelated types
+        raise HostConnectFailed("cannot read the host's connector properties", str(exc)) from None
+
+
+def connect(protocol: str, properties: dict[str, Any], lock_dir: Path) -> dict[str, Any]:
+    """Connect the host side; returns os-brick's device info (``path`` among it)."""
+    try:
+        return dict(connector_for(protocol, lock_dir).connect_volume(properties))
+    except Exception as exc:
+        raise HostConnectFailed(f"os-brick could not connect the {protocol} volume",
+                                _describe(exc)) from None
+
+
+def disconnect(protocol: str, properties: dict[str, Any], device_info: dict[str, Any] | None,
+               lock_dir: Path) -> None:
+    """Disconnect the host side."""
+    try:
+        connector_for(protocol, lock_dir).disconnect_volume(properties, device_info)
+    except Exception as exc:
+        raise HostConnectFailed(f"os-brick could not disconnect the {protocol} volume",
+                                _describe(exc)) from None
+
+
+def _describe(exc: Exception) -> str:
+    """os-brick's message without anything that might carry a secret (it echoes commands)."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return f"{type(exc).__name__}: {text}"[:300]

@@ -1,0 +1,79 @@
+"""The libvirt connection: opened after the event loop, reopened when libvirtd went away."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import libvirt
+
+from virtdriver.errors import HypervisorError, InstanceNotFound
+from virtdriver.hypervisor.events import DeviceRemovals, ensure_event_loop
+
+_UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
+                   r"[0-9a-fA-F]{12}")
+
+
+def _silence(ctx: object, err: object) -> None:
+    """libvirt prints every error to stderr by default; ours are reported as typed errors."""
+
+
+libvirt.registerErrorHandler(_silence, None)
+
+
+def libvirt_message(exc: libvirt.libvirtError) -> str:
+    return exc.get_error_message() or str(exc)
+
+
+class Connection:
+    """One libvirt connection per driver, shared by its threads, with device-removal events."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self.removals = DeviceRemovals()
+        self._conn: libvirt.virConnect | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> libvirt.virConnect:
+        """The open connection; reopened (events re-registered) if libvirtd restarted."""
+        with self._lock:
+            conn = self._conn
+            if conn is not None:
+                try:
+                    if conn.isAlive():
+                        return conn
+                except libvirt.libvirtError:
+                    pass
+                self._conn = None
+            ensure_event_loop()
+            try:
+                conn = libvirt.open(self.uri)
+            except libvirt.libvirtError as exc:
+                raise HypervisorError(f"cannot connect to libvirt at {self.uri}",
+                                      libvirt_message(exc)) from None
+            self.removals.register(conn)
+            self._conn = conn
+            return conn
+
+    def domain(self, instance: str) -> libvirt.virDomain:
+        """A domain by UUID or name."""
+        conn = self.get()
+        lookups = ([conn.lookupByUUIDString, conn.lookupByName] if _UUID.fullmatch(instance)
+                   else [conn.lookupByName])
+        for lookup in lookups:
+            try:
+                return lookup(instance)
+            except libvirt.libvirtError as exc:
+                if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
+                    raise HypervisorError(f"cannot look up guest {instance!r}",
+                                          libvirt_message(exc)) from None
+        raise InstanceNotFound(f"no guest named or with UUID {instance!r} on {self.uri}")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                try:
+                    self._conn.close()
+                except libvirt.libvirtError:
+                    pass
+                self._conn = None
