@@ -1,0 +1,1 @@
+"""The hypervisor side: libvirt connection, events, host connections, locks, targets."""
