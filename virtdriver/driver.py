@@ -19,7 +19,7 @@ from typing import Any
 
 import libvirt
 
-from virtdriver.config import Disk, DomainDisks
+from virtdriver.config import Disk
 from virtdriver.errors import (
     AttachFailed,
     DetachFailed,
@@ -35,7 +35,7 @@ from virtdriver.hypervisor.connection import Connection, libvirt_message
 from virtdriver.hypervisor.hostconn import HostConnections
 from virtdriver.hypervisor.locks import volume_lock
 from virtdriver.hypervisor.targets import bus_for, pick_target
-from virtdriver.hypervisor.usage import DiskUse, domain_disks, host_disks, source_key
+from virtdriver.hypervisor.usage import DiskUse, DomainState, host_state, source_key
 from virtdriver.policy import check_attach_mode
 from virtdriver.render import build_disk, volume_id
 from virtdriver.secrets import redact, secret_values
@@ -123,11 +123,7 @@ class LibvirtVolumeDriver:
 
     def list_attachments(self, instance: str) -> list[Attachment]:
         """The volumes attached to a guest (live state for a running guest)."""
-        dom = self.connection.domain(instance)
-        try:
-            uses = domain_disks(dom)
-        except libvirt.libvirtError as exc:
-            raise HypervisorError(f"cannot read guest {instance!r}", libvirt_message(exc)) from None
+        uses = self._domain_disks(self.connection.domain(instance))
         found: dict[str, Attachment] = {}
         for use in uses:
             att = Attachment.from_use(use)
@@ -182,10 +178,14 @@ class LibvirtVolumeDriver:
         volume_driver = get_driver(info.get("driver_volume_type"))
         options = self._render_options()
         protocol = volume_driver.brick_protocol_for(options)
-        dom = self.connection.domain(instance)
         alias = ALIAS_PREFIX + vid
         with volume_lock(self.lock_dir, vid):
-            host = self._host_disks()
+            states = self._host_state()
+            target = next((s for s in states if s.is_instance(instance)), None)
+            if target is None:
+                target = self._state(self.connection.domain(instance))  # raises if unknown
+            dom = target.dom
+            host = [u for state in states for u in state.disks]
             users = [u for u in host if u.alias == alias]
             multiattach = info.get("multiattach") is True
             self._check_sharing(users, dom, vid, multiattach)
@@ -194,7 +194,8 @@ class LibvirtVolumeDriver:
                 if device_info.get("path"):
                     info["data"]["device_path"] = device_info["path"]
             try:
-                return self._attach(dom, info, alias, host, multiattach, attach_mode=attach_mode,
+                return self._attach(dom, target, info, alias, host, multiattach,
+                                    attach_mode=attach_mode,
                                     target_dev=target_dev, bus=bus, device=device,
                                     luks_secret_uuid=luks_secret_uuid)
             except VirtDriverError as exc:
@@ -209,13 +210,12 @@ class LibvirtVolumeDriver:
                 raise AttachFailed(f"attaching volume {vid} to {dom.name()} failed",
                                    redact(str(exc), secrets)) from None
 
-    def _attach(self, dom: libvirt.virDomain, info: dict[str, Any], alias: str,
-                host: list[DiskUse], multiattach: bool, *, attach_mode: str,
+    def _attach(self, dom: libvirt.virDomain, state: DomainState, info: dict[str, Any],
+                alias: str, host: list[DiskUse], multiattach: bool, *, attach_mode: str,
                 target_dev: str | None, bus: str | None, device: str,
                 luks_secret_uuid: str | None) -> Attachment:
-        disks = [u.disk for u in self._domain_disks(dom)]
-        controllers = DomainDisks.from_xml(dom.XMLDesc(0)).controllers
-        has_scsi = any(kind == "scsi" for kind, _ in controllers)
+        disks = [u.disk for u in state.disks]
+        has_scsi = any(kind == "scsi" for kind, _ in state.controllers)
         bus = bus or bus_for(target_dev, has_scsi)
         target_dev, unit = pick_target(disks, bus, target_dev)
         disk = build_disk(info, attach_mode=attach_mode, target_dev=target_dev, bus=bus,
@@ -231,15 +231,17 @@ class LibvirtVolumeDriver:
             raise VolumeInUse(f"the data of volume {alias[3:]} ({describe_source(disk)}) is "
                               f"already used by {', '.join(clash)} under another name; refusing "
                               "to share it")
+        flags = libvirt.VIR_DOMAIN_AFFECT_LIVE if state.active else 0
+        if state.persistent:
+            flags |= libvirt.VIR_DOMAIN_AFFECT_CONFIG
         try:
-            dom.attachDeviceFlags(disk.to_xml(), _flags(dom))
+            dom.attachDeviceFlags(disk.to_xml(), flags)
         except libvirt.libvirtError as exc:
             raise AttachFailed(f"libvirt refused to attach volume {alias[3:]} to {dom.name()}",
                                libvirt_message(exc)) from None
-        use = next((u for u in self._domain_disks(dom) if u.alias == alias), None)
-        attachment = Attachment.from_use(use) if use is not None else None
-        if attachment is None:
-            raise AttachFailed(f"volume {alias[3:]} does not appear in {dom.name()} after attach")
+        attachment = Attachment.from_use(DiskUse(state.name, state.uuid, state.active,
+                                                 state.active, disk))
+        assert attachment is not None  # the disk was rendered with its ua- alias and target
         return attachment
 
     def _check_sharing(self, users: list[DiskUse], dom: libvirt.virDomain, vid: str,
@@ -335,19 +337,22 @@ class LibvirtVolumeDriver:
         return dict(info["data"])
 
     def _users(self, alias: str) -> list[DiskUse]:
-        return [u for u in self._host_disks() if u.alias == alias]
+        return [u for state in self._host_state() for u in state.disks if u.alias == alias]
 
-    def _host_disks(self) -> list[DiskUse]:
+    def _host_state(self) -> list[DomainState]:
         try:
-            return host_disks(self.connection.get())
+            return host_state(self.connection.get())
         except libvirt.libvirtError as exc:
             raise HypervisorError("cannot read the host's guests", libvirt_message(exc)) from None
 
-    def _domain_disks(self, dom: libvirt.virDomain) -> list[DiskUse]:
+    def _state(self, dom: libvirt.virDomain) -> DomainState:
         try:
-            return domain_disks(dom)
+            return DomainState.read(dom)
         except libvirt.libvirtError as exc:
             raise HypervisorError(f"cannot read guest {dom.name()}", libvirt_message(exc)) from None
+
+    def _domain_disks(self, dom: libvirt.virDomain) -> list[DiskUse]:
+        return self._state(dom).disks
 
     def _disconnect_quietly(self, vid: str) -> None:
         try:
@@ -382,13 +387,6 @@ def _lock_name(vid: str) -> str:
     if not vid or "/" in vid or vid.startswith("."):
         raise NotAttached(f"{vid!r} is not a volume id")
     return vid
-
-
-def _flags(dom: libvirt.virDomain) -> int:
-    flags = libvirt.VIR_DOMAIN_AFFECT_LIVE if dom.isActive() else 0
-    if dom.isPersistent():
-        flags |= libvirt.VIR_DOMAIN_AFFECT_CONFIG
-    return flags
 
 
 def _version(number: int) -> str:

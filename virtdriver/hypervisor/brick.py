@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import warnings
@@ -43,15 +44,20 @@ def setup(lock_dir: Path) -> None:
         _ready = True
 
 
-def connector_for(protocol: str, lock_dir: Path, *, use_multipath: bool = False) -> Any:
-    """An os-brick connector for ``protocol`` (ISCSI, LOCAL, NFS, ...)."""
+@functools.lru_cache(maxsize=64)
+def connector_for(protocol: str, lock_dir: Path, *, use_multipath: bool = False,
+                  **extra: Any) -> Any:
+    """An os-brick connector for ``protocol`` (ISCSI, LOCAL, NFS, ...), made once and reused.
+
+    ``extra`` carries connector-specific settings (e.g. a mount point base), hashable values only.
+    """
     setup(lock_dir)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from os_brick.initiator import connector
 
     return connector.InitiatorConnector.factory(
-        protocol, ROOT_HELPER, use_multipath=use_multipath, device_scan_attempts=3)
+        protocol, ROOT_HELPER, use_multipath=use_multipath, device_scan_attempts=3, **extra)
 
 
 def connector_properties(lock_dir: Path, *, my_ip: str = "127.0.0.1",

@@ -14,6 +14,9 @@ import libvirt
 
 from virtdriver.config import Disk, DomainDisks
 
+LIST_ACTIVE = libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE
+LIST_PERSISTENT = libvirt.VIR_CONNECT_LIST_DOMAINS_PERSISTENT
+
 
 @dataclasses.dataclass(frozen=True)
 class DiskUse:
@@ -28,6 +31,38 @@ class DiskUse:
     @property
     def alias(self) -> str | None:
         return self.disk.alias.name if self.disk.alias is not None else None
+
+
+@dataclasses.dataclass(frozen=True)
+class DomainState:
+    """A domain's disks (live and persistent) and controllers, read once."""
+
+    dom: libvirt.virDomain
+    name: str
+    uuid: str
+    active: bool
+    persistent: bool
+    disks: list[DiskUse]
+    controllers: list[tuple[str, str | None]]
+
+    def is_instance(self, instance: str) -> bool:
+        """True when ``instance`` is this domain's name or UUID."""
+        return instance in (self.name, self.uuid) or instance.lower().replace("-", "") == \
+            self.uuid.replace("-", "")
+
+    @classmethod
+    def read(cls, dom: libvirt.virDomain, active: bool | None = None,
+             persistent: bool | None = None) -> DomainState:
+        """Read ``dom``; a disk in both the live guest and its definition appears twice."""
+        name, uuid = dom.name(), dom.UUIDString()
+        active = bool(dom.isActive()) if active is None else active
+        persistent = bool(dom.isPersistent()) if persistent is None else persistent
+        current = DomainDisks.from_xml(dom.XMLDesc(0))  # the definition when not running
+        disks = [DiskUse(name, uuid, active, active, d) for d in current.disks]
+        if active and persistent:
+            disks += [DiskUse(name, uuid, True, False, d) for d in
+                      DomainDisks.from_xml(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)).disks]
+        return cls(dom, name, uuid, active, persistent, disks, current.controllers)
 
 
 def source_key(disk: Disk) -> tuple[str | int | None, ...] | None:
@@ -45,37 +80,32 @@ def source_key(disk: Disk) -> tuple[str | int | None, ...] | None:
     return None
 
 
-def domain_disks(dom: libvirt.virDomain) -> list[DiskUse]:
-    """Every disk of ``dom``: from the running guest, and from its persistent definition.
+def host_state(conn: libvirt.virConnect) -> list[DomainState]:
+    """Every domain on the host, running or defined.
 
-    A disk present in both appears twice (``live`` True and False): detaching must remove both.
+    A domain is running, defined, or both, so two list calls give every domain and both flags.
     """
-    name, uuid = dom.name(), dom.UUIDString()
-    active = bool(dom.isActive())
-    uses: list[DiskUse] = []
-    if active:
-        uses += [DiskUse(name, uuid, True, True, d)
-                 for d in DomainDisks.from_xml(dom.XMLDesc(0)).disks]
-    if not active or dom.isPersistent():
-        uses += [DiskUse(name, uuid, active, False, d) for d in
-                 DomainDisks.from_xml(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)).disks]
-    return uses
-
-
-def host_disks(conn: libvirt.virConnect) -> list[DiskUse]:
-    """Every disk of every domain on the host, running or defined."""
-    uses: list[DiskUse] = []
-    for dom in conn.listAllDomains(0):
+    domains = {d.UUIDString(): d for d in conn.listAllDomains(LIST_ACTIVE)}
+    active = set(domains)
+    persistent = set()
+    for dom in conn.listAllDomains(LIST_PERSISTENT):
+        persistent.add(dom.UUIDString())
+        domains.setdefault(dom.UUIDString(), dom)
+    states: list[DomainState] = []
+    for uuid, dom in domains.items():
         try:
-            uses += domain_disks(dom)
+            states.append(DomainState.read(dom, uuid in active, uuid in persistent))
         except libvirt.libvirtError as exc:
             if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:  # vanished meanwhile
                 raise
-    return uses
+    return states
 
 
-def volume_users(conn: libvirt.virConnect, alias: str,
-                 key: tuple[str | int | None, ...] | None = None) -> list[DiskUse]:
-    """The disks on this host that are the volume (by alias, or by source when given)."""
-    return [u for u in host_disks(conn)
-            if u.alias == alias or (key is not None and source_key(u.disk) == key)]
+def host_disks(conn: libvirt.virConnect) -> list[DiskUse]:
+    """Every disk of every domain on the host."""
+    return [use for state in host_state(conn) for use in state.disks]
+
+
+def domain_disks(dom: libvirt.virDomain) -> list[DiskUse]:
+    """Every disk of one domain (live and persistent)."""
+    return DomainState.read(dom).disks
