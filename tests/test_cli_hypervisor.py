@@ -57,3 +57,24 @@ def test_errors_are_one_line(tmp_path) -> None:
 def test_capabilities_json(tmp_path) -> None:
     caps = json.loads(run("capabilities", "--json", state=tmp_path).stdout)
     assert caps["supports_multiattach"] is True and caps["supports_attach_mode"] is True
+
+
+def test_attach_many_prints_progress_and_a_summary(guests, tmp_path) -> None:
+    doms = [guests.start(f"m{i}") for i in range(3)]
+    image = tmp_path / "m.raw"
+    subprocess.run(["truncate", "-s", "8M", str(image)], check=True)
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(file_volume(str(image), multiattach=False)))
+    names = [d.name() for d in doms]
+
+    refused = run("attach-many", str(path), *names, state=tmp_path / "state")
+    assert refused.returncode == 2 and "not multiattach" in refused.stderr
+
+    done = run("attach-many", str(path), *names, "--multiattach", "--attach-mode", "ro",
+               state=tmp_path / "state")
+    assert done.returncode == 0, done.stderr
+    assert sorted(line.split(" ")[1].rstrip(":") for line in done.stderr.splitlines()) == sorted(
+        names)  # plain progress lines when stderr is not a terminal
+    assert "3 guests attached, host side connected once" in done.stdout
+    for name in names:
+        assert name in done.stdout

@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+from virtdriver.cli_ops import add_operator_commands as _add_operator_commands
 from virtdriver.errors import VirtDriverError
 
 EXIT_FAILED = 1
@@ -45,6 +46,8 @@ def load_connection_info(path: str) -> Any:
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path}: not valid JSON: {exc.msg} (line {exc.lineno}, "
                          f"column {exc.colno})") from None
+    except RecursionError:
+        raise UsageError(f"{path}: JSON nested too deeply") from None
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -155,6 +158,44 @@ def _attach(args: argparse.Namespace) -> int:
     return 0
 
 
+class Progress:
+    """A progress bar on a terminal, one plain line per step otherwise (both on stderr)."""
+
+    def __init__(self, total: int, stream: Any = None) -> None:
+        self.total, self.done = total, 0
+        self.stream = stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+
+    def step(self, name: str, outcome: object) -> None:
+        self.done += 1
+        ok = not isinstance(outcome, Exception)
+        if self.tty:
+            width = 30
+            filled = width * self.done // self.total
+            self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] "
+                              f"{self.done}/{self.total} {name[:40]:<40}")
+            if self.done == self.total:
+                self.stream.write("\n")
+        else:
+            self.stream.write(f"{self.done}/{self.total} {name}: "
+                              f"{'attached' if ok else 'failed'}\n")
+        self.stream.flush()
+
+
+def _attach_many(args: argparse.Namespace) -> int:
+    info = load_connection_info(args.connection_info)
+    if args.multiattach and isinstance(info, dict):
+        info["multiattach"] = True
+    progress = Progress(len(args.domains))
+    attachments = _driver(args).attach_volume_to_many(info, args.domains,
+                                                      attach_mode=args.attach_mode,
+                                                      progress=progress.step)
+    _print_table([dict(a.to_api(), guest=a.server_name) for a in attachments],
+                 [("guest", "Guest")] + ATTACHMENT_COLUMNS[:5])
+    print(f"{len(attachments)} guests attached, host side connected once")
+    return 0
+
+
 def _detach(args: argparse.Namespace) -> int:
     _driver(args).detach_volume(args.domain, args.volume_id, timeout=args.timeout)
     print(f"Volume {args.volume_id} detached from {args.domain}")
@@ -203,6 +244,20 @@ def _add_hypervisor_commands(sub: Any) -> None:
     p.set_defaults(func=_attach)
 
     p = sub.add_parser(
+        "attach-many", help="attach one multiattach volume to many guests", formatter_class=raw,
+        description="Connect the host side once and attach a multiattach volume to every guest "
+                    "in parallel. All or nothing: if one guest fails, every attachment made is "
+                    "undone and the failing guest is named.",
+        epilog="example:\n  virtdriver attach-many volume.json web-1 web-2 web-3 --attach-mode ro")
+    p.add_argument("connection_info", metavar="CONNECTION_INFO",
+                   help="connection_info as a JSON file, or - for stdin")
+    p.add_argument("domains", metavar="DOMAIN", nargs="+", help="guest names or UUIDs")
+    add_attach_mode(p)
+    p.add_argument("--multiattach", action="store_true", help="the volume is multiattach")
+    add_host_options(p)
+    p.set_defaults(func=_attach_many)
+
+    p = sub.add_parser(
         "detach", help="detach a volume from a guest", formatter_class=raw,
         description="Detach one attachment, wait for libvirt to confirm the removal, and "
                     "disconnect the host side when no other guest on this host uses it.",
@@ -227,7 +282,8 @@ def _add_hypervisor_commands(sub: Any) -> None:
     p.set_defaults(func=_capabilities)
 
 
-COMMANDS: list[Callable[[Any], None]] = [_add_render, _add_hypervisor_commands]
+COMMANDS: list[Callable[[Any], None]] = [_add_render, _add_hypervisor_commands,
+                                          _add_operator_commands]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,12 +8,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
 import logging
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +26,12 @@ from virtdriver.errors import (
     AttachFailed,
     DetachFailed,
     DetachTimeout,
+    ExtendRefused,
     HypervisorError,
     InvalidConnectionInfo,
+    MultiattachNotSupported,
     NotAttached,
+    SwapFailed,
     VirtDriverError,
     VolumeInUse,
 )
@@ -34,8 +39,10 @@ from virtdriver.hypervisor import brick
 from virtdriver.hypervisor.connection import Connection, libvirt_message
 from virtdriver.hypervisor.hostconn import HostConnections
 from virtdriver.hypervisor.locks import volume_lock
+from virtdriver.hypervisor.metadata import set_note
 from virtdriver.hypervisor.targets import bus_for, pick_target
-from virtdriver.hypervisor.usage import DiskUse, DomainState, host_state, source_key
+from virtdriver.hypervisor.blockcopy import copy_and_pivot
+from virtdriver.hypervisor.usage import DiskUse, DomainState, host_state, source_key, source_token
 from virtdriver.policy import check_attach_mode
 from virtdriver.render import build_disk, volume_id
 from virtdriver.secrets import redact, secret_values
@@ -181,9 +188,7 @@ class LibvirtVolumeDriver:
         alias = ALIAS_PREFIX + vid
         with volume_lock(self.lock_dir, vid):
             states = self._host_state()
-            target = next((s for s in states if s.is_instance(instance)), None)
-            if target is None:
-                target = self._state(self.connection.domain(instance))  # raises if unknown
+            target = self._find(states, instance)
             dom = target.dom
             host = [u for state in states for u in state.disks]
             users = [u for u in host if u.alias == alias]
@@ -274,6 +279,199 @@ class LibvirtVolumeDriver:
             except (libvirt.libvirtError, VirtDriverError) as exc:
                 LOG.error("could not undo attach of %s to %s: %s", alias, dom.name(), exc)
 
+    # ---- multi-create, swap, extend -----------------------------------------------------------
+
+    def attach_volume_to_many(self, connection_info: Mapping[str, Any],
+                              instances: Sequence[str], *,
+                              attach_mode: str | Mapping[str, str] = "rw",
+                              progress: Callable[[str, Attachment | Exception], None]
+                              | None = None, max_parallel: int = 16) -> list[Attachment]:
+        """Attach one multiattach volume to many guests: one host connect, parallel attaches.
+
+        All or nothing: if any guest fails, the attachments already made are undone, the host
+        side is released, and :class:`AttachFailed` names the guest that failed and why.
+        ``attach_mode`` is one mode for all, or a mapping of instance to mode.
+        """
+        instances = list(instances)
+        modes = {i: check_attach_mode(attach_mode.get(i, "rw") if isinstance(attach_mode, Mapping)
+                                      else attach_mode, f"attach_mode[{i}]") for i in instances}
+        if len(set(instances)) != len(instances):
+            raise AttachFailed("the same guest is named twice")
+        info = _copy_info(connection_info)
+        vid = _required_volume_id(info)
+        multiattach = info.get("multiattach") is True
+        if len(instances) > 1 and not multiattach:
+            raise MultiattachNotSupported(f"volume {vid} is not multiattach; it cannot be "
+                                          f"attached to {len(instances)} guests")
+        protocol = get_driver(info.get("driver_volume_type")).brick_protocol_for(
+            self._render_options())
+        alias = ALIAS_PREFIX + vid
+        with volume_lock(self.lock_dir, vid):
+            states = self._host_state()
+            targets = [self._find(states, i) for i in instances]
+            host = [u for state in states for u in state.disks]
+            users = [u for u in host if u.alias == alias]
+            for state in targets:
+                self._check_sharing(users, state.dom, vid, multiattach)
+            if protocol is not None:
+                device_info = self.host.connect(vid, protocol, self._brick_properties(info))
+                if device_info.get("path"):
+                    info["data"]["device_path"] = device_info["path"]
+            done: list[tuple[DomainState, Attachment]] = []
+            failures: list[tuple[str, Exception]] = []
+
+            def attach(state: DomainState, mode: str) -> Attachment:
+                return self._attach(state.dom, state, copy.deepcopy(info), alias, host,
+                                    multiattach, attach_mode=mode, target_dev=None, bus=None,
+                                    device="disk", luks_secret_uuid=None)
+
+            with ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(targets)))) as pool:
+                futures = {pool.submit(attach, state, modes[name]): (name, state)
+                           for name, state in zip(instances, targets)}
+                for future in as_completed(futures):
+                    name, state = futures[future]
+                    try:
+                        result = future.result()
+                    except VirtDriverError as exc:
+                        failures.append((name, exc))
+                        if progress:
+                            progress(name, exc)
+                        continue
+                    done.append((state, result))
+                    if progress:
+                        progress(name, result)
+            if not failures:
+                order = {state.uuid: n for n, state in enumerate(targets)}
+                return [att for state, att in sorted(done, key=lambda d: order[d[0].uuid])]
+            for state, _ in done:
+                self._undo_attach(state.dom, alias)
+            for name, _ in failures:
+                self._undo_attach(self._find(states, name).dom, alias)
+            if protocol is not None and not users:
+                self._disconnect_quietly(vid)
+            name, exc = failures[0]
+            raise AttachFailed(f"attaching volume {vid} to {len(instances)} guests failed at "
+                               f"{name} ({exc}); the {len(done)} attachments made were undone",
+                               None) from None
+
+    def swap_volume(self, instance: str, old_connection_info: Mapping[str, Any],
+                    new_connection_info: Mapping[str, Any], *,
+                    timeout: float | None = None) -> Attachment:
+        """Move a guest's disk from one volume to another, keeping device and attach mode.
+
+        A running guest is copied live (block copy, then pivot); a shut-off one has its
+        definition changed. Refused when the old volume is shareable and attached read-write to
+        another guest on this host (that guest's writes would not follow the copy).
+        """
+        old, new = _copy_info(old_connection_info), _copy_info(new_connection_info)
+        old_id, new_id = _required_volume_id(old), _required_volume_id(new)
+        if old_id == new_id:
+            raise SwapFailed(f"volume {old_id} cannot be swapped with itself")
+        old_alias, new_alias = ALIAS_PREFIX + old_id, ALIAS_PREFIX + new_id
+        protocol = get_driver(new.get("driver_volume_type")).brick_protocol_for(
+            self._render_options())
+        timeout = self.detach_timeout if timeout is None else timeout
+        with contextlib.ExitStack() as locks:
+            for vid in sorted((old_id, new_id)):
+                locks.enter_context(volume_lock(self.lock_dir, vid))
+            states = self._host_state()
+            state = self._find(states, instance)
+            dom = state.dom
+            mine = sorted((u for u in state.disks if u.alias == old_alias), key=lambda u: not u.live)
+            if not mine:
+                raise NotAttached(f"volume {old_id} is not attached to {state.name}")
+            old_disk = mine[0].disk
+            writers = sorted({u.domain_name for s in states for u in s.disks
+                              if u.alias == old_alias and u.domain_uuid != state.uuid
+                              and not u.disk.readonly})
+            if old_disk.shareable and writers:
+                raise VolumeInUse(f"volume {old_id} is shared and attached read-write to "
+                                  f"{', '.join(writers)}; swapping {state.name} away from it would "
+                                  "lose their writes")
+            host = [u for s in states for u in s.disks]
+            new_users = [u for u in host if u.alias == new_alias]
+            self._check_sharing(new_users, dom, new_id, new.get("multiattach") is True)
+            if protocol is not None:
+                device_info = self.host.connect(new_id, protocol, self._brick_properties(new))
+                if device_info.get("path"):
+                    new["data"]["device_path"] = device_info["path"]
+            try:
+                new_disk = self._render_like(new, old_disk)
+                if state.active:
+                    copy_and_pivot(dom, self.connection.events, old_disk.target.dev,  # type: ignore[union-attr]
+                                   new_disk.to_xml(), timeout)
+                    device_alias = mine[0].device_alias or old_alias
+                    set_note(dom, device_alias, new_id, source_token(new_disk), live=True,
+                             persistent=state.persistent)
+                else:
+                    dom.detachDeviceFlags(old_disk.to_xml(), libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+                    dom.attachDeviceFlags(new_disk.to_xml(), libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+            except (VirtDriverError, libvirt.libvirtError) as exc:
+                if protocol is not None and not new_users:
+                    self._disconnect_quietly(new_id)
+                if isinstance(exc, VirtDriverError):
+                    raise
+                raise SwapFailed(f"swapping volume {old_id} for {new_id} on {state.name} failed",
+                                 libvirt_message(exc)) from None
+            if not self._users(old_alias):
+                self.host.disconnect(old_id)
+            found = [a for a in self.list_attachments(state.uuid) if a.volumeId == new_id]
+            return found[0]
+
+    def _render_like(self, info: dict[str, Any], old: Disk) -> Disk:
+        """The new volume's disk at the old disk's place, with the old attach mode."""
+        target = old.target
+        unit = int(old.address.unit) if (old.address is not None and old.address.unit
+                                         and old.address.type == "drive") else None
+        return build_disk(info, attach_mode="ro" if old.readonly else "rw",
+                          target_dev=target.dev if target else "sda",  # type: ignore[arg-type]
+                          bus=(target.bus if target else None) or "scsi",
+                          device=old.device or "disk", scsi_unit=unit,
+                          mount_base=self.mount_base, label_policy=self.label_policy,
+                          shared_image_label=self.shared_image_label,
+                          native_iscsi=self.native_iscsi, native_glusterfs=self.native_glusterfs)
+
+    def extend_volume(self, instance: str, connection_info: Mapping[str, Any],
+                      new_size: int) -> int:
+        """Grow an attached volume: os-brick's extend where the connector has one, then tell
+        QEMU (block resize). Returns the size the guest now sees, in bytes."""
+        info = _copy_info(connection_info)
+        vid = _required_volume_id(info)
+        if isinstance(new_size, bool) or not isinstance(new_size, int) or new_size <= 0:
+            raise ExtendRefused(f"new size {new_size!r} is not a positive number of bytes")
+        alias = ALIAS_PREFIX + vid
+        protocol = get_driver(info.get("driver_volume_type")).brick_protocol_for(
+            self._render_options())
+        with volume_lock(self.lock_dir, vid):
+            dom = self.connection.domain(instance)
+            uses = [u for u in self._domain_disks(dom) if u.alias == alias and u.live]
+            if not uses:
+                raise NotAttached(f"volume {vid} is not attached to a running {dom.name()}")
+            target = uses[0].disk.target.dev  # type: ignore[union-attr]
+            try:
+                current = dom.blockInfo(target)[0]
+            except libvirt.libvirtError as exc:
+                raise HypervisorError(f"cannot read the size of {target}",
+                                      libvirt_message(exc)) from None
+            if new_size < current:
+                raise ExtendRefused(f"volume {vid} is {current} bytes; shrinking it to {new_size} "
+                                    "would destroy data")
+            if protocol is not None:
+                grown = brick.extend(protocol, self._brick_properties(info), self.state_dir)
+                if grown is not None and grown < new_size:
+                    raise ExtendRefused(f"the host sees volume {vid} at {grown} bytes, less than "
+                                        f"{new_size}: extend it on the storage side first")
+            try:
+                dom.blockResize(target, new_size, libvirt.VIR_DOMAIN_BLOCK_RESIZE_BYTES)
+                return int(dom.blockInfo(target)[0])
+            except libvirt.libvirtError as exc:
+                raise HypervisorError(f"QEMU refused to resize {target} of {dom.name()}",
+                                      libvirt_message(exc)) from None
+
+    def _find(self, states: list[DomainState], instance: str) -> DomainState:
+        found = next((s for s in states if s.is_instance(instance)), None)
+        return found if found is not None else self._state(self.connection.domain(instance))
+
     # ---- detach -----------------------------------------------------------------------------
 
     def detach_volume(self, instance: str, volume_id: str, *, timeout: float | None = None,
@@ -291,14 +489,17 @@ class LibvirtVolumeDriver:
             if not mine:
                 raise NotAttached(f"volume {volume_id} is not attached to {dom.name()}")
             for use in sorted(mine, key=lambda u: not u.live):  # live first, then the definition
+                device_alias = use.device_alias or alias
                 if use.live:
-                    self._detach_live(dom, use.disk, alias, timeout)
+                    self._detach_live(dom, use.disk, device_alias, timeout)
                 else:
                     try:
                         dom.detachDeviceFlags(use.disk.to_xml(), libvirt.VIR_DOMAIN_AFFECT_CONFIG)
                     except libvirt.libvirtError as exc:
                         raise DetachFailed(f"cannot remove volume {volume_id} from the definition "
                                            f"of {dom.name()}", libvirt_message(exc)) from None
+                if use.inherited_from is not None:
+                    set_note(dom, device_alias, None, "", live=use.live, persistent=not use.live)
             if not self._users(alias):
                 props = None
                 if connection_info is not None:
@@ -307,7 +508,7 @@ class LibvirtVolumeDriver:
 
     def _detach_live(self, dom: libvirt.virDomain, disk: Disk, alias: str,
                      timeout: float) -> None:
-        removals = self.connection.removals
+        removals = self.connection.events
         uuid = dom.UUIDString()
         removals.expect(uuid, alias)
         try:
@@ -323,7 +524,8 @@ class LibvirtVolumeDriver:
             removals.forget(uuid, alias)
         if result is False:
             raise DetachFailed(f"guest {dom.name()} refused to release volume {alias[3:]}")
-        if result is None and any(u.alias == alias and u.live for u in self._domain_disks(dom)):
+        if result is None and any(u.device_alias == alias and u.live
+                                  for u in self._domain_disks(dom)):
             raise DetachTimeout(f"guest {dom.name()} did not release volume {alias[3:]} within "
                                 f"{timeout:g} s; it stays attached (retry the detach later)")
 

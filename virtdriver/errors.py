@@ -110,3 +110,11 @@ class DetachTimeout(DetachFailed):
 
 class NotAttached(HypervisorError):
     """The volume is not attached to that guest."""
+
+
+class SwapFailed(HypervisorError):
+    """The block copy to the new volume failed; the guest still uses the old one."""
+
+
+class ExtendRefused(VirtDriverError):
+    """The new size is smaller than the volume, or the storage has not grown to it."""

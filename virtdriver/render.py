@@ -43,6 +43,7 @@ def build_disk(connection_info: Mapping[str, Any], *, attach_mode: str = "rw",
     """
     if not _is_mapping(connection_info):
         raise InvalidConnectionInfo("connection_info", "is not a JSON object")
+    check_nesting(connection_info)
     data = connection_info.get("data")
     if not _is_mapping(data):
         raise InvalidConnectionInfo("connection_info.data", "is missing or not a JSON object")
@@ -88,6 +89,30 @@ def build_disk(connection_info: Mapping[str, Any], *, attach_mode: str = "rw",
     return apply_policy(disk, attach_mode=mode, multiattach=multiattach,
                         host_attached=volume.host_attached, encrypted=encrypted,
                         label_policy=label_policy, shared_label=shared_image_label)
+
+
+MAX_NESTING: Final = 32
+
+
+def check_nesting(value: object, where: str = "connection_info", limit: int = MAX_NESTING) -> None:
+    """Refuse documents nested deeper than ``limit`` (a real one is about 3 levels deep).
+
+    Checked without recursion, before anything recursive (``repr`` in messages, ``deepcopy``)
+    could hit the interpreter's recursion limit instead of giving a typed error.
+    """
+    stack: list[tuple[object, str, int]] = [(value, where, 0)]
+    while stack:
+        node, path, depth = stack.pop()
+        if isinstance(node, Mapping):
+            items = [(f"{path}.{k}" if isinstance(k, str) else f"{path}[{k!r}]", v)
+                     for k, v in node.items()]
+        elif isinstance(node, (list, tuple)):
+            items = [(f"{path}[{i}]", v) for i, v in enumerate(node)]
+        else:
+            continue
+        if depth >= limit:
+            raise InvalidConnectionInfo(path[:200], f"is nested more than {limit} levels deep")
+        stack.extend((v, p, depth + 1) for p, v in items)
 
 
 def _is_mapping(value: object) -> bool:

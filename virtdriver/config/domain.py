@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from lxml import etree
+
 from virtdriver.config.disk import Disk
 from virtdriver.config.model import parse_xml
 
@@ -20,6 +22,7 @@ class DomainDisks:
     uuid: str
     disks: list[Disk]
     controllers: list[tuple[str, str | None]]  # (type, model) of each controller
+    metadata: dict[str, str] = dataclasses.field(default_factory=dict)  # namespace -> XML
 
     @classmethod
     def from_xml(cls, text: str | bytes) -> DomainDisks:
@@ -31,5 +34,12 @@ class DomainDisks:
             disks = [Disk.from_element(node, strict=False) for node in devices.iterfind("disk")]
             controllers = [(c.get("type", ""), c.get("model"))
                            for c in devices.iterfind("controller")]
+        metadata: dict[str, str] = {}
+        meta = root.find("metadata")
+        if meta is not None:
+            for node in meta:
+                if isinstance(node.tag, str) and node.tag.startswith("{"):
+                    metadata[node.tag[1:].partition("}")[0]] = etree.tostring(node,
+                                                                               encoding="unicode")
         return cls(name=root.findtext("name", ""), uuid=root.findtext("uuid", ""),
-                   disks=disks, controllers=controllers)
+                   disks=disks, controllers=controllers, metadata=metadata)

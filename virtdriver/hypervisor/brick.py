@@ -93,6 +93,18 @@ def disconnect(protocol: str, properties: dict[str, Any], device_info: dict[str,
                                 _describe(exc)) from None
 
 
+def extend(protocol: str, properties: dict[str, Any], lock_dir: Path) -> int | None:
+    """os-brick's extend (rescan) for connectors that have one; the new size, or ``None``."""
+    try:
+        size = connector_for(protocol, lock_dir).extend_volume(properties)
+    except NotImplementedError:
+        return None
+    except Exception as exc:
+        raise HostConnectFailed(f"os-brick could not extend the {protocol} volume",
+                                _describe(exc)) from None
+    return int(size) if size is not None else None
+
+
 def _describe(exc: Exception) -> str:
     """os-brick's message without anything that might carry a secret (it echoes commands)."""
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

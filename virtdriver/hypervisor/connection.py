@@ -8,7 +8,7 @@ import threading
 import libvirt
 
 from virtdriver.errors import HypervisorError, InstanceNotFound
-from virtdriver.hypervisor.events import DeviceRemovals, ensure_event_loop
+from virtdriver.hypervisor.events import DomainEvents, ensure_event_loop
 
 _UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
                    r"[0-9a-fA-F]{12}")
@@ -30,7 +30,7 @@ class Connection:
 
     def __init__(self, uri: str) -> None:
         self.uri = uri
-        self.removals = DeviceRemovals()
+        self.events = DomainEvents()
         self._conn: libvirt.virConnect | None = None
         self._lock = threading.Lock()
 
@@ -51,7 +51,7 @@ class Connection:
             except libvirt.libvirtError as exc:
                 raise HypervisorError(f"cannot connect to libvirt at {self.uri}",
                                       libvirt_message(exc)) from None
-            self.removals.register(conn)
+            self.events.register(conn)
             self._conn = conn
             return conn
 

@@ -36,57 +36,94 @@ def _run() -> None:
 @dataclass
 class _Waiter:
     done: threading.Event = field(default_factory=threading.Event)
-    failed: bool = False
+    outcome: int = 0
 
 
-class DeviceRemovals:
-    """Dispatches DEVICE_REMOVED / DEVICE_REMOVAL_FAILED events to whoever waits for an alias.
+REMOVED, REMOVAL_FAILED = 1, 2
 
-    Register interest with :meth:`expect` *before* asking libvirt to detach, then :meth:`wait`.
+
+class DomainEvents:
+    """Dispatches domain events to whoever waits for them.
+
+    Device removals (DEVICE_REMOVED / DEVICE_REMOVAL_FAILED) are keyed by the device alias, block
+    jobs (BLOCK_JOB_2) by the disk's target. Register interest with ``expect*`` *before* asking
+    libvirt to act, then wait; an event that arrives in between is not lost.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._waiters: dict[tuple[str, str], _Waiter] = {}
-        self._callbacks: list[int] = []
+        self._waiters: dict[tuple[str, str, str], _Waiter] = {}
 
     def register(self, conn: libvirt.virConnect) -> None:
-        """Subscribe to the two events on ``conn`` (again after every reconnect)."""
-        self._callbacks = [
-            conn.domainEventRegisterAny(None, libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED,
-                                        self._removed, None),
-            conn.domainEventRegisterAny(None, libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVAL_FAILED,
-                                        self._failed, None),
-        ]
+        """Subscribe on ``conn`` (again after every reconnect)."""
+        conn.domainEventRegisterAny(None, libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED,
+                                    self._removed, None)
+        conn.domainEventRegisterAny(None, libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVAL_FAILED,
+                                    self._removal_failed, None)
+        conn.domainEventRegisterAny(None, libvirt.VIR_DOMAIN_EVENT_ID_BLOCK_JOB_2,
+                                    self._block_job, None)
+
+    # ---- device removal --------------------------------------------------------------------
 
     def expect(self, domain_uuid: str, alias: str) -> None:
-        with self._lock:
-            self._waiters[(domain_uuid, alias)] = _Waiter()
+        self._expect((domain_uuid, "device", alias))
 
     def forget(self, domain_uuid: str, alias: str) -> None:
-        with self._lock:
-            self._waiters.pop((domain_uuid, alias), None)
+        self._forget((domain_uuid, "device", alias))
 
     def wait(self, domain_uuid: str, alias: str, timeout: float) -> bool | None:
         """``True`` when removed, ``False`` when the guest refused, ``None`` on timeout."""
+        outcome = self._wait((domain_uuid, "device", alias), timeout)
+        return None if outcome is None else outcome == REMOVED
+
+    # ---- block jobs ------------------------------------------------------------------------
+
+    def expect_job(self, domain_uuid: str, target: str) -> None:
+        self._expect((domain_uuid, "job", target))
+
+    def forget_job(self, domain_uuid: str, target: str) -> None:
+        self._forget((domain_uuid, "job", target))
+
+    def wait_job(self, domain_uuid: str, target: str, timeout: float) -> int | None:
+        """The job's status (``VIR_DOMAIN_BLOCK_JOB_READY``, ``..._FAILED``, ...) or ``None``."""
+        outcome = self._wait((domain_uuid, "job", target), timeout)
+        if outcome is not None:
+            self._expect((domain_uuid, "job", target))  # ready for the job's next event
+        return outcome
+
+    # ---- plumbing --------------------------------------------------------------------------
+
+    def _expect(self, key: tuple[str, str, str]) -> None:
         with self._lock:
-            waiter = self._waiters[(domain_uuid, alias)]
+            self._waiters[key] = _Waiter()
+
+    def _forget(self, key: tuple[str, str, str]) -> None:
+        with self._lock:
+            self._waiters.pop(key, None)
+
+    def _wait(self, key: tuple[str, str, str], timeout: float) -> int | None:
+        with self._lock:
+            waiter = self._waiters[key]
         if not waiter.done.wait(timeout):
             return None
-        self.forget(domain_uuid, alias)
-        return not waiter.failed
+        self._forget(key)
+        return waiter.outcome
 
-    def _signal(self, dom: libvirt.virDomain, alias: str, failed: bool) -> None:
+    def _signal(self, key: tuple[str, str, str], outcome: int) -> None:
         with self._lock:
-            waiter = self._waiters.get((dom.UUIDString(), alias))
-        if waiter is not None:
-            waiter.failed = failed
+            waiter = self._waiters.get(key)
+        if waiter is not None and not waiter.done.is_set():
+            waiter.outcome = outcome
             waiter.done.set()
 
     def _removed(self, conn: libvirt.virConnect, dom: libvirt.virDomain, alias: str,
                  opaque: object) -> None:
-        self._signal(dom, alias, failed=False)
+        self._signal((dom.UUIDString(), "device", alias), REMOVED)
 
-    def _failed(self, conn: libvirt.virConnect, dom: libvirt.virDomain, alias: str,
-                opaque: object) -> None:
-        self._signal(dom, alias, failed=True)
+    def _removal_failed(self, conn: libvirt.virConnect, dom: libvirt.virDomain, alias: str,
+                        opaque: object) -> None:
+        self._signal((dom.UUIDString(), "device", alias), REMOVAL_FAILED)
+
+    def _block_job(self, conn: libvirt.virConnect, dom: libvirt.virDomain, target: str,
+                   job_type: int, status: int, opaque: object) -> None:
+        self._signal((dom.UUIDString(), "job", target), status)

@@ -13,6 +13,7 @@ import dataclasses
 import libvirt
 
 from virtdriver.config import Disk, DomainDisks
+from virtdriver.hypervisor.metadata import NS, parse_notes
 
 LIST_ACTIVE = libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE
 LIST_PERSISTENT = libvirt.VIR_CONNECT_LIST_DOMAINS_PERSISTENT
@@ -27,9 +28,18 @@ class DiskUse:
     active: bool
     live: bool  # read from the running guest (False: from the persistent definition)
     disk: Disk
+    inherited_from: str | None = None  # the device's own alias when it now serves another volume
 
     @property
     def alias(self) -> str | None:
+        """``ua-<volume id>`` of the volume this disk serves (see metadata.py for swaps)."""
+        if self.inherited_from is not None:
+            return self.inherited_from
+        return self.disk.alias.name if self.disk.alias is not None else None
+
+    @property
+    def device_alias(self) -> str | None:
+        """The alias libvirt knows the device by (events, detach)."""
         return self.disk.alias.name if self.disk.alias is not None else None
 
 
@@ -58,11 +68,29 @@ class DomainState:
         active = bool(dom.isActive()) if active is None else active
         persistent = bool(dom.isPersistent()) if persistent is None else persistent
         current = DomainDisks.from_xml(dom.XMLDesc(0))  # the definition when not running
-        disks = [DiskUse(name, uuid, active, active, d) for d in current.disks]
+        disks = _uses(name, uuid, active, active, current)
         if active and persistent:
-            disks += [DiskUse(name, uuid, True, False, d) for d in
-                      DomainDisks.from_xml(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)).disks]
+            config = DomainDisks.from_xml(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+            disks += _uses(name, uuid, True, False, config)
         return cls(dom, name, uuid, active, persistent, disks, current.controllers)
+
+
+def _uses(name: str, uuid: str, active: bool, live: bool, domain: DomainDisks) -> list[DiskUse]:
+    notes = parse_notes(domain.metadata.get(NS))
+    uses = []
+    for disk in domain.disks:
+        own = disk.alias.name if disk.alias is not None else None
+        note = notes.get(own or "")
+        inherited = None
+        if note is not None and note[1] == source_token(disk):
+            inherited = "ua-" + note[0]
+        uses.append(DiskUse(name, uuid, active, live, disk, inherited))
+    return uses
+
+
+def source_token(disk: Disk) -> str:
+    """:func:`source_key` as one string."""
+    return "|".join(str(part) for part in source_key(disk) or ())
 
 
 def source_key(disk: Disk) -> tuple[str | int | None, ...] | None:

@@ -1,0 +1,292 @@
+"""``virtdriver audit``: every volume on this host, who uses it, and what is dangerous about it.
+
+Everything is read from libvirt's live state (every domain, running or defined) and from the
+host-connection records under ``<state_dir>/connections``. Disks are grouped into volumes by
+their ``ua-<volume id>`` alias, and also by the data behind them (the same device, file or network
+volume), so a disk attached behind virtdriver's back to the same data joins that volume; disks
+without our alias are reported only when two guests share their data.
+
+Dangers:
+
+- ``unshared``: several guests use the volume and an attachment lacks ``<shareable/>`` (its QEMU
+  does not expect other writers; block devices and network disks are not even locked);
+- ``cache``: several guests use the volume and an attachment caches it on the host
+  (not ``cache='none'``/``'directsync'``), so it reads stale data or writes late;
+- ``format``: a shareable read-write disk that is not raw (qcow2 metadata written by two QEMUs
+  corrupts the image);
+- ``labels``: the per-disk security labels differ between the guests, so relabelling for one
+  can cut off the other;
+- ``leak``: a recorded host connection that no guest uses any more.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Final
+
+import libvirt
+
+from virtdriver.config import Disk
+from virtdriver.driver import ALIAS_PREFIX, describe_source
+from virtdriver.errors import HypervisorError
+from virtdriver.hypervisor.connection import libvirt_message
+from virtdriver.hypervisor.hostconn import HostConnections
+from virtdriver.hypervisor.usage import DiskUse, DomainState, host_state, source_key
+from virtdriver.policy import DIRECT_CACHE_MODES
+
+DANGER_KINDS: Final = ("unshared", "cache", "format", "labels", "leak")
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditAttachment:
+    """One guest's view of a volume; ``state`` says whether it is live, in the definition, or
+    both (the two are listed separately when they differ)."""
+
+    guest: str
+    guest_uuid: str
+    device: str
+    mode: str
+    shareable: bool
+    cache: str | None
+    format: str | None
+    labels: tuple[str, ...]
+    alias: str | None
+    source: str
+    state: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Danger:
+    kind: str
+    message: str
+
+
+@dataclasses.dataclass
+class VolumeAudit:
+    volume: str  # the volume id, or "-" for data shared without our alias
+    source: str
+    attachments: list[AuditAttachment]
+    dangers: list[Danger]
+    host_connection: bool
+
+    @property
+    def guests(self) -> list[str]:
+        return sorted({a.guest for a in self.attachments})
+
+
+@dataclasses.dataclass
+class AuditReport:
+    uri: str
+    state_dir: str
+    volumes: list[VolumeAudit]
+
+    @property
+    def dangers(self) -> list[tuple[VolumeAudit, Danger]]:
+        return [(v, d) for v in self.volumes for d in v.dangers]
+
+    def volume(self, volume_id: str) -> VolumeAudit | None:
+        return next((v for v in self.volumes if v.volume == volume_id), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"uri": self.uri, "state_dir": self.state_dir,
+                "danger": bool(self.dangers),
+                "volumes": [dataclasses.asdict(v) | {"guests": v.guests} for v in self.volumes]}
+
+
+def audit_host(conn: libvirt.virConnect, state_dir: str | Path) -> AuditReport:
+    """Read every domain and the host-connection records; return the volumes and dangers."""
+    try:
+        states = host_state(conn)
+    except libvirt.libvirtError as exc:
+        raise HypervisorError("cannot read the host's guests", libvirt_message(exc)) from None
+    connections = HostConnections(Path(state_dir))
+    recorded = connections.connected()
+    volumes = [_audit_group(group, recorded) for group in group_disks(states)]
+    volumes = [v for v in volumes if v.volume != "-" or len(v.guests) > 1 or v.dangers]
+    used = {v.volume for v in volumes}
+    for vid in recorded:
+        if vid not in used:
+            volumes.append(VolumeAudit(vid, _recorded_device(connections.records / f"{vid}.json"),
+                                       [], [_leak(vid, connections.records)], True))
+    volumes.sort(key=lambda v: (not v.dangers, v.volume == "-", v.volume, v.source))
+    return AuditReport(conn.getURI(), str(state_dir), volumes)
+
+
+# ---- grouping -----------------------------------------------------------------------------------
+
+
+def volume_id_of(use: DiskUse) -> str | None:
+    alias = use.alias
+    return alias[len(ALIAS_PREFIX):] if alias and alias.startswith(ALIAS_PREFIX) else None
+
+
+def group_disks(states: Iterable[DomainState]) -> list[list[DiskUse]]:
+    """Disks that are one volume: the same ``ua-`` volume id, or the same data behind them."""
+    parent: dict[object, object] = {}
+
+    def find(token: object) -> object:
+        parent.setdefault(token, token)
+        while parent[token] != token:
+            parent[token] = parent[parent[token]]  # type: ignore[index]
+            token = parent[token]
+        return token
+
+    def union(a: object, b: object) -> None:
+        parent[find(a)] = find(b)
+
+    uses: list[tuple[DiskUse, object]] = []
+    for state in states:
+        for use in state.disks:
+            tokens = [t for t in (("volume", volume_id_of(use)), source_key(use.disk))
+                      if t is not None and t != ("volume", None)]
+            if not tokens:
+                continue
+            for token in tokens[1:]:
+                union(tokens[0], token)
+            uses.append((use, tokens[0]))
+    groups: dict[object, list[DiskUse]] = {}
+    for use, token in uses:
+        groups.setdefault(find(token), []).append(use)
+    return list(groups.values())
+
+
+def attachment_of(use: DiskUse) -> AuditAttachment:
+    disk = use.disk
+    driver = disk.driver
+    return AuditAttachment(
+        guest=use.domain_name, guest_uuid=use.domain_uuid,
+        device=(disk.target.dev or "") if disk.target else "",
+        mode="ro" if disk.readonly else "rw", shareable=disk.shareable,
+        cache=driver.cache if driver else None, format=driver.type if driver else None,
+        labels=labels_of(disk), alias=use.alias, source=describe_source(disk),
+        state="live" if use.live else "config")
+
+
+def labels_of(disk: Disk) -> tuple[str, ...]:
+    """Per-disk seclabels as ``model:label`` or ``model:relabel=no``, sorted."""
+    found = []
+    for label in disk.source.seclabels if disk.source else []:
+        what = label.label or f"relabel={label.relabel or 'yes'}"
+        found.append(f"{label.model or 'default'}:{what}")
+    return tuple(sorted(found))
+
+
+def merge_views(attachments: list[AuditAttachment]) -> list[AuditAttachment]:
+    """One row per guest and disk when its live and persistent views agree."""
+    merged: dict[AuditAttachment, AuditAttachment] = {}
+    for att in attachments:
+        key = dataclasses.replace(att, state="")
+        seen = merged.get(key)
+        merged[key] = att if seen is None else dataclasses.replace(att, state="live+config")
+    return list(merged.values())
+
+
+# ---- dangers ------------------------------------------------------------------------------------
+
+
+def _audit_group(group: list[DiskUse], recorded: list[str]) -> VolumeAudit:
+    attachments = merge_views([attachment_of(u) for u in group])
+    attachments.sort(key=lambda a: (a.guest, a.device, a.state))
+    ids = sorted({vid for u in group if (vid := volume_id_of(u)) is not None})
+    volume = ", ".join(ids) or "-"
+    sources = sorted({a.source for a in attachments if a.source})
+    return VolumeAudit(volume, ", ".join(sources), attachments, dangers_of(attachments),
+                       any(vid in recorded for vid in ids))
+
+
+def dangers_of(attachments: list[AuditAttachment]) -> list[Danger]:
+    """What is unsafe about these attachments of one volume."""
+    dangers = []
+    guests = sorted({a.guest for a in attachments})
+    shared = len(guests) > 1
+    writers = any(a.mode == "rw" for a in attachments)
+    if shared and writers:  # read-only everywhere: nobody can corrupt or go stale
+        unshared = sorted({a.guest for a in attachments if not a.shareable})
+        if unshared:
+            dangers.append(Danger("unshared", (
+                f"attached to {', '.join(guests)} but not <shareable/> in {', '.join(unshared)}: "
+                "each QEMU assumes it is the only writer (block devices and network disks are "
+                "not locked)")))
+        cached = sorted({f"{a.guest} (cache={a.cache or 'default'})" for a in attachments
+                         if a.cache not in DIRECT_CACHE_MODES})
+        if cached:
+            dangers.append(Danger("cache", (
+                f"attached to {', '.join(guests)} but cached on the host in {', '.join(cached)}: "
+                "that guest reads stale data and writes late; use cache='none'")))
+    if shared:
+        label_sets = {a.labels for a in attachments}
+        if len(label_sets) > 1:
+            described = "; ".join(f"{a.guest}: {' '.join(a.labels) or 'none (libvirt decides)'}"
+                                  for a in _one_per_labels(attachments))
+            dangers.append(Danger("labels", (
+                f"per-disk labels differ ({described}): relabelling the data for one guest can "
+                "cut the others off")))
+    formats = sorted({f"{a.guest} ({a.format})" for a in attachments
+                      if a.shareable and a.mode == "rw" and a.format not in (None, "raw")})
+    if formats:
+        dangers.append(Danger("format", (
+            f"shared read-write but not raw in {', '.join(formats)}: two QEMUs writing an image "
+            "format's metadata corrupt it; libvirt allows shared writes to raw images only")))
+    return dangers
+
+
+def _one_per_labels(attachments: list[AuditAttachment]) -> list[AuditAttachment]:
+    seen: dict[tuple[str, tuple[str, ...]], AuditAttachment] = {}
+    for att in attachments:
+        seen.setdefault((att.guest, att.labels), att)
+    return list(seen.values())
+
+
+def _leak(vid: str, records: Path) -> Danger:
+    return Danger("leak", (
+        f"the host is still connected (record {records / (vid + '.json')}) but no guest uses "
+        "the volume: nothing will disconnect it; disconnect it with os-brick and remove the "
+        "record"))
+
+
+def _recorded_device(record: Path) -> str:
+    try:
+        data = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return ""
+    info = data.get("device_info") or {}
+    path = info.get("path") if isinstance(info, dict) else None
+    return f"{data.get('protocol', '?')} {path}" if path else str(data.get("protocol", ""))
+
+
+# ---- output ---------------------------------------------------------------------------------------
+
+ATTACHMENT_COLUMNS: Final = [("guest", "Guest"), ("device", "Device"), ("mode", "Mode"),
+                             ("shareable", "Shareable"), ("cache", "Cache"),
+                             ("format", "Format"), ("labels", "Labels"), ("state", "State")]
+
+
+def format_report(report: AuditReport) -> str:
+    from virtdriver.cli_ops import table_lines
+
+    lines: list[str] = []
+    for vol in report.volumes:
+        title = f"Volume {vol.volume}" if vol.volume != "-" else "Shared data without a volume id"
+        extra = [vol.source] if vol.source else []
+        if vol.host_connection:
+            extra.append("host connection recorded")
+        lines.append(f"{title}" + (f"  ({'; '.join(extra)})" if extra else ""))
+        if vol.attachments:
+            rows = [dataclasses.asdict(a) | {"labels": " ".join(a.labels) or "-",
+                                             "cache": a.cache or "default",
+                                             "format": a.format or "-",
+                                             "shareable": "yes" if a.shareable else "no"}
+                    for a in vol.attachments]
+            lines += ["  " + ln for ln in table_lines(rows, ATTACHMENT_COLUMNS)]
+        else:
+            lines.append("  (no guest uses it)")
+        lines += [f"  DANGER {d.kind}: {d.message}" for d in vol.dangers]
+        lines.append("")
+    count = len(report.dangers)
+    lines.append(f"{len(report.volumes)} volume{'s' if len(report.volumes) != 1 else ''} "
+                 f"checked: " + (f"{count} danger{'s' if count != 1 else ''} found."
+                                 if count else "no danger found."))
+    return "\n".join(lines)

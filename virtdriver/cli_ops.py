@@ -1,0 +1,89 @@
+"""Operator commands of the ``virtdriver`` CLI: ``doctor`` and ``audit``.
+
+Registered by :func:`add_operator_commands` (listed in ``virtdriver.cli.COMMANDS``). Both exit 0
+when all is well and 1 when something is wrong on the host (multiattach cannot work; a volume is
+in danger), so they can gate a deployment or run from cron.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+EXIT_OK = 0
+EXIT_PROBLEM = 1
+
+
+def table_lines(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, str]]) -> list[str]:
+    """Rows as an aligned table in the CLI's style: titles, a rule, one line per row."""
+    cells = [[str(row.get(key, "")) for key, _ in columns] for row in rows]
+    widths = [max([len(title)] + [len(line[i]) for line in cells])
+              for i, (_, title) in enumerate(columns)]
+    lines = ["  ".join(title.ljust(w) for (_, title), w in zip(columns, widths)).rstrip(),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in cells]
+    return lines
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from virtdriver.doctor import diagnose, format_report
+    from virtdriver.driver import LibvirtVolumeDriver
+
+    driver = LibvirtVolumeDriver(args.connect, state_dir=args.state_dir,
+                                 mount_base=args.mount_base)
+    try:
+        report = diagnose(driver)
+    finally:
+        driver.close()
+    print(json.dumps(report.to_json(), indent=2) if args.json else format_report(report))
+    return EXIT_OK if report.multiattach_ok else EXIT_PROBLEM
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from virtdriver.audit import audit_host, format_report
+    from virtdriver.hypervisor.connection import Connection
+
+    connection = Connection(args.connect)
+    try:
+        report = audit_host(connection.get(), args.state_dir)
+    finally:
+        connection.close()
+    print(json.dumps(report.to_json(), indent=2) if args.json else format_report(report))
+    return EXIT_PROBLEM if report.dangers else EXIT_OK
+
+
+def add_operator_commands(sub: Any) -> None:
+    raw = argparse.RawDescriptionHelpFormatter
+    p = sub.add_parser(
+        "doctor", help="check that this host can attach and share volumes", formatter_class=raw,
+        description="Check libvirt and QEMU (versions, share-rw for shareable disks), KVM, the "
+                    "security drivers and SELinux image contexts, os-brick's connector "
+                    "properties, which storage protocols can connect on this host, and the "
+                    "lock and mount directories. Each check is ok, warn or fail; the exit "
+                    "status is 1 when multiattach cannot work here.",
+        epilog="examples:\n"
+               "  virtdriver doctor\n"
+               "  virtdriver doctor --json | jq .problems\n"
+               "  virtdriver -c qemu:///embed?root=/tmp/emb --state-dir /tmp/vd doctor")
+    p.add_argument("--json", action="store_true", help="machine-readable report")
+    p.add_argument("--mount-base", metavar="DIR",
+                   help="where shares are mounted (default: STATE_DIR/mnt)")
+    p.set_defaults(func=_doctor)
+
+    p = sub.add_parser(
+        "audit", help="report every volume's attachments and any danger", formatter_class=raw,
+        description="Read every domain on the host and the host-connection records, and list "
+                    "each volume (disks with a ua-<volume id> alias, and data that two guests "
+                    "share under any name) with its attachments: guest, device, mode, "
+                    "shareable, cache, format and per-disk labels. Dangers: a volume in several "
+                    "guests with an attachment that is not shareable or is cached on the host; "
+                    "a shared read-write disk that is not raw; labels that differ between "
+                    "guests; a host connection no guest uses any more. The exit status is 1 "
+                    "when any danger is found.",
+        epilog="examples:\n"
+               "  virtdriver audit\n"
+               "  virtdriver audit --json | jq '.volumes[] | select(.dangers != [])'")
+    p.add_argument("--json", action="store_true", help="machine-readable report")
+    p.set_defaults(func=_audit)

@@ -1,0 +1,409 @@
+"""A two-minute story on real guests: one multiattach volume, two KVM guests, no OS needed.
+
+    python -m virtdriver.demo            # through qemu:///embed (no daemon), else qemu:///system
+    python -m virtdriver.demo --uri qemu:///system
+
+Two OS-less guests are started; a loop device over a sparse file becomes a multiattach volume,
+attached read-write to the first and read-only to the second through
+:class:`~virtdriver.driver.LibvirtVolumeDriver`. The first guest's QEMU writes a pattern
+(``qemu-io`` through the monitor, i.e. through the guest's own block backend), the second reads
+it, its own write is refused, a detach leaves the other attachment working, and the last detach
+releases the host connection. Everything made is removed again, on failure and Ctrl-C too.
+
+The embedded driver takes over every ``qemu:///`` URI of its process: run this in a process of its
+own (a subprocess in tests), never inside another libvirt user.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+# The embedded driver logs to stderr (taints, "security driver none", probes that fail harmlessly);
+# what matters reaches us as exceptions.
+# libvirt reads this when it initialises, i.e. on import.
+os.environ.setdefault("LIBVIRT_LOG_OUTPUTS", "4:file:/dev/null")
+
+import libvirt  # noqa: E402
+import libvirt_qemu  # noqa: E402
+
+from virtdriver.errors import VirtDriverError, VolumeInUse  # noqa: E402
+from virtdriver.hypervisor.events import ensure_event_loop  # noqa: E402
+
+SYSTEM_URI = "qemu:///system"
+EMBED_QEMU_CONF = 'user = "root"\ngroup = "root"\nsecurity_driver = "none"\n'
+CAPS_CACHES = (Path("/var/tmp/vdtest-embed-qemu-caps"), Path("/var/cache/libvirt/qemu/capabilities"))
+VOLUME_BYTES = 32 * 1024 * 1024
+PATTERN = 0x5A
+KVM_FAILURES = ("Could not access KVM kernel module", "failed to initialize kvm",
+                "failed to initialize KVM", "does not support virt type 'kvm'")
+
+
+class DemoFailed(Exception):
+    """Something did not behave as the story says it should."""
+
+
+# ---- guests -------------------------------------------------------------------------------------
+
+
+def guest_xml(name: str, *, kvm: bool) -> str:
+    """An OS-less guest: 128 MiB, no disk, a virtio-scsi controller for hot-plugged volumes."""
+    return f"""<domain type='{"kvm" if kvm else "qemu"}'>
+  <name>{name}</name>
+  <memory unit='MiB'>128</memory>
+  <vcpu>1</vcpu>
+  <os><type arch='x86_64'>hvm</type></os>
+  <on_poweroff>destroy</on_poweroff>
+  <on_reboot>destroy</on_reboot>
+  <devices>
+    <controller type='scsi' index='0' model='virtio-scsi'/>
+    <memballoon model='none'/>
+  </devices>
+</domain>
+"""
+
+
+def kvm_usable() -> bool:
+    try:
+        os.close(os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC))
+    except OSError:
+        return False
+    return True
+
+
+class Workspace:
+    """Everything the demo makes, removed again by :meth:`clean` (each part at most once)."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="vddemo-", dir="/tmp"))  # short: socket paths
+        self.conn: libvirt.virConnect | None = None
+        self.guest_names: list[str] = []
+        self.loop_device: str | None = None
+        self.kvm = kvm_usable()
+        self.closers: list[Callable[[], None]] = []
+
+    def open(self, uri: str | None) -> str:
+        """Open ``uri``, or by default an embedded driver under the workspace (else system)."""
+        ensure_event_loop()  # before any open: events, and embed refuses to open without it
+        if uri is None:
+            embed = self.prepare_embed_root(self.dir / "r")
+            try:
+                self.conn = libvirt.open(embed)
+                return embed
+            except libvirt.libvirtError:
+                uri = SYSTEM_URI
+        self.conn = libvirt.open(uri)
+        return uri
+
+    @staticmethod
+    def prepare_embed_root(root: Path) -> str:
+        """An embed root where QEMU runs as root (so it can open /dev/kvm), with a seeded QEMU
+        capabilities cache (the first guest then starts in a fraction of a second)."""
+        (root / "etc").mkdir(parents=True)
+        (root / "etc" / "qemu.conf").write_text(EMBED_QEMU_CONF)
+        for cache in CAPS_CACHES:
+            seeds = sorted(cache.glob("*.xml")) if cache.is_dir() else []
+            if seeds:
+                dest = root / "cache" / "qemu" / "capabilities"
+                dest.mkdir(parents=True)
+                for seed in seeds:
+                    with contextlib.suppress(OSError):
+                        shutil.copyfile(seed, dest / seed.name)
+                break
+        return f"qemu:///embed?root={root}"
+
+    def start_guest(self, name: str) -> libvirt.virDomain:
+        assert self.conn is not None
+        self.guest_names.append(name)  # before creating: an interrupt may land right after it
+        try:
+            dom = self.conn.createXML(guest_xml(name, kvm=self.kvm), 0)
+        except libvirt.libvirtError as exc:
+            if not (self.kvm and any(m in str(exc) for m in KVM_FAILURES)):
+                raise
+            self.kvm = False  # no usable KVM after all: emulate
+            dom = self.conn.createXML(guest_xml(name, kvm=False), 0)
+        return dom
+
+    @property
+    def backing_file(self) -> Path:
+        return self.dir / "volume.raw"
+
+    def loop_over_sparse_file(self, size: int) -> str:
+        backing = self.backing_file
+        with open(backing, "wb") as fh:
+            fh.truncate(size)
+        out = subprocess.run(["losetup", "--find", "--show", str(backing)], check=True,
+                             capture_output=True, text=True).stdout.strip()
+        if not re.fullmatch(r"/dev/loop\d+", out):
+            raise DemoFailed(f"unexpected losetup output {out!r}")
+        self.loop_device = out  # exactly this device is detached again, never -D
+        return out
+
+    def _destroy(self, name: str) -> list[str]:
+        if self.conn is None:
+            return []
+        try:
+            self.conn.lookupByName(name).destroy()  # transient: destroyed is gone
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() not in (libvirt.VIR_ERR_NO_DOMAIN,
+                                            libvirt.VIR_ERR_OPERATION_INVALID):
+                return [f"guest {name}: {exc}"]
+        return []
+
+    def _our_loop_devices(self) -> list[str]:
+        """The device we got, and any other bound to our own backing file (an interrupt can
+        land between losetup binding one and us reading its name)."""
+        found = {self.loop_device} if self.loop_device else set()
+        if self.backing_file.exists():
+            listed = subprocess.run(["losetup", "-j", str(self.backing_file)],
+                                    capture_output=True, text=True).stdout
+            found |= {line.split(":", 1)[0] for line in listed.splitlines() if ":" in line}
+        return sorted(d for d in found if re.fullmatch(r"/dev/loop\d+", d))
+
+    def clean(self) -> list[str]:
+        """Remove guests, the loop device and the temp dir; returns what could not be removed."""
+        problems = []
+        for close in reversed(self.closers):
+            with contextlib.suppress(Exception):
+                close()
+        self.closers.clear()
+        for name in self.guest_names:
+            problems += self._destroy(name)
+        self.guest_names.clear()
+        for device in self._our_loop_devices():
+            done = subprocess.run(["losetup", "-d", device], capture_output=True, text=True)
+            if done.returncode != 0 and "No such device" not in done.stderr:
+                problems.append(f"{device}: {done.stderr.strip()}")
+        self.loop_device = None
+        if self.conn is not None:
+            with contextlib.suppress(libvirt.libvirtError):
+                self.conn.close()
+            self.conn = None
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return problems
+
+
+# ---- qemu-io through the guest's monitor --------------------------------------------------------
+
+_LIBVIRT_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+[+-]\d{4}: ")
+
+
+def domain_log(dom: libvirt.virDomain) -> Path:
+    uri = dom.connect().getURI()
+    match = re.match(r"qemu:///embed\?root=(.+)$", uri)
+    base = Path(match.group(1), "log", "qemu") if match else Path("/var/log/libvirt/qemu")
+    return base / f"{dom.name()}.log"
+
+
+def _hmp(dom: libvirt.virDomain, command: str) -> str:
+    reply = libvirt_qemu.qemuMonitorCommand(dom, command,
+                                            libvirt_qemu.VIR_DOMAIN_QEMU_MONITOR_COMMAND_HMP)
+    return reply.replace("\r\n", "\n").strip()
+
+
+def qemu_io(dom: libvirt.virDomain, alias: str, command: str, timeout: float = 10.0) -> str:
+    """``qemu-io -d ALIAS "COMMAND"`` in the guest's QEMU; returns what qemu-io said.
+
+    Early errors (``Block node is read-only``) come back on the monitor; qemu-io's own output goes
+    to QEMU's stdout, the domain log. A second, unknown command with a unique name marks where
+    that output ends in the log.
+    """
+    log = domain_log(dom)
+    offset = log.stat().st_size if log.exists() else 0
+    marker = f"vddemo-{uuid.uuid4().hex}"
+    reply = _hmp(dom, f'qemu-io -d {alias} "{command}"')
+    marker_reply = _hmp(dom, f'qemu-io -d {alias} "{marker}"')
+    if marker_reply:  # answered on the monitor (other QEMU builds), or failed early
+        return reply
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(FileNotFoundError), open(log, "rb") as fh:
+            fh.seek(offset)
+            lines = fh.read().decode("utf-8", "replace").splitlines()
+            for i, line in enumerate(lines):
+                if marker in line:
+                    said = [reply] + [ln for ln in lines[:i] if not _LIBVIRT_LOG_LINE.match(ln)]
+                    return "\n".join(s for s in said if s).strip()
+        if time.monotonic() > deadline:
+            raise DemoFailed(f"qemu-io output did not appear in {log}")
+        time.sleep(0.01)
+
+
+def write(dom: libvirt.virDomain, alias: str, pattern: int, length: int = 4096) -> str:
+    return qemu_io(dom, alias, f"write -P {pattern:#04x} 0 {length}")
+
+
+def read_back(dom: libvirt.virDomain, alias: str, pattern: int, length: int = 4096) -> bool:
+    out = qemu_io(dom, alias, f"read -P {pattern:#04x} 0 {length}")
+    if "Pattern verification failed" in out:
+        return False
+    if f"read {length}/{length} bytes" not in out:
+        raise DemoFailed(f"{dom.name()} could not read the volume: {out!r}")
+    return True
+
+
+# ---- the story ----------------------------------------------------------------------------------
+
+
+class Story:
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.step = 0
+
+    def say(self, text: str) -> None:
+        print(text, flush=True)
+
+    def next(self, text: str) -> None:
+        self.step += 1
+        self.say(f"\n{self.step}. {text}")
+
+    def result(self, text: str) -> None:
+        self.say(f"   -> {text}")
+
+    def expect(self, ok: bool, text: str) -> None:
+        if not ok:
+            raise DemoFailed(text)
+
+
+ATTACHMENT_COLUMNS = [("server_name", "Guest"), ("device", "Device"), ("attach_mode", "Mode"),
+                      ("shareable", "Shareable"), ("cache", "Cache"), ("source", "Source")]
+
+
+def attachments_table(driver: Any, guests: Sequence[str]) -> list[str]:
+    from virtdriver.cli_ops import table_lines
+
+    rows = [a.to_api() | {"shareable": "yes" if a.shareable else "no"}
+            for g in guests for a in driver.list_attachments(g)]
+    return table_lines(rows, ATTACHMENT_COLUMNS) if rows else ["(no attachments)"]
+
+
+def run(story: Story, ws: Workspace, uri: str | None) -> None:
+    from virtdriver.driver import LibvirtVolumeDriver
+
+    uri = ws.open(uri)
+    embedded = uri.startswith("qemu:///embed")
+    suffix = "" if embedded else "-" + secrets.token_hex(3)  # the system host is shared
+    story.say(f"virtdriver demo: one multiattach volume shared by two running guests\n"
+              f"   libvirt: {'qemu:///embed (in this process, no daemon)' if embedded else uri}")
+
+    story.next("Start two guests with no OS, a virtio-scsi controller each")
+    a, b = ws.start_guest(f"guest-a{suffix}"), ws.start_guest(f"guest-b{suffix}")
+    story.result(f"{a.name()} and {b.name()} running "
+                 f"({'KVM' if ws.kvm else 'TCG emulation: no usable KVM'})")
+
+    device = ws.loop_over_sparse_file(VOLUME_BYTES)
+    vid = str(uuid.uuid4())
+    alias = f"ua-{vid}"
+    info = {"driver_volume_type": "local", "serial": vid, "multiattach": True,
+            "data": {"volume_id": vid, "device_path": device, "access_mode": "rw"}}
+    story.next(f"Attach volume {vid[:8]} ({device}, a {VOLUME_BYTES >> 20} MiB loop device, "
+               "multiattach) to both")
+
+    driver = LibvirtVolumeDriver(uri, state_dir=ws.dir / "state", detach_timeout=15)
+    ws.closers.append(driver.close)
+    att_a = driver.attach_volume(info, a.name(), attach_mode="rw")
+    story.result(f"attached read-write to {a.name()} as {att_a.device}")
+    att_b = driver.attach_volume(info, b.name(), attach_mode="ro")
+    story.result(f"attached read-only to {b.name()} as {att_b.device}")
+    story.expect(att_a.shareable and att_b.shareable and att_b.attach_mode == "ro",
+                 "both attachments should be shareable, the second read-only")
+    story.say("")
+    for line in attachments_table(driver, [a.name(), b.name()]):
+        story.say(f"   {line}")
+
+    story.next(f"{a.name()} writes 4 KiB of {PATTERN:#04x} through its own disk")
+    out = write(a, alias, PATTERN)
+    story.expect("wrote 4096/4096 bytes" in out, f"the write failed: {out!r}")
+    story.result(out.splitlines()[0])
+    story.expect(read_back(b, alias, PATTERN), f"{b.name()} did not see the data")
+    story.result(f"{b.name()} reads the same bytes back: pattern {PATTERN:#04x} verified")
+
+    story.next(f"{b.name()} tries to write to its read-only attachment")
+    out = write(b, alias, 0x01)
+    story.expect("read-only" in out, f"the read-only write was not refused: {out!r}")
+    story.result(f"refused by QEMU: {out.splitlines()[0]}")
+
+    story.next(f"{b.name()} asks for the same device as another volume that is not multiattach")
+    other = str(uuid.uuid4())
+    try:
+        driver.attach_volume({**info, "serial": other, "multiattach": False,
+                              "data": {**info["data"], "volume_id": other}}, b.name())
+    except VolumeInUse as exc:
+        story.result(f"refused: {' '.join(str(exc).split())}")
+    else:
+        raise DemoFailed("the same data under a second, unshared volume was attached")
+
+    story.next(f"Detach from {a.name()}")
+    driver.detach_volume(a.name(), vid)
+    story.expect(driver.host.connected() == [vid], "the host connection should be kept")
+    story.result(f"host connection kept: {b.name()} still uses the volume")
+    story.expect(read_back(b, alias, PATTERN), f"{b.name()} lost the data")
+    story.result(f"{b.name()} still reads {PATTERN:#04x}")
+
+    story.next(f"Detach from {b.name()}, the last user on this host")
+    driver.detach_volume(b.name(), vid)
+    story.expect(driver.host.connected() == [], "the host connection should be released")
+    story.result("host connection released (os-brick disconnect)")
+
+
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _interrupted(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m virtdriver.demo",
+        description="Share one volume between two running guests, read-write and read-only.")
+    parser.add_argument("--uri", help="libvirt URI (default: qemu:///embed in a temporary root, "
+                                      "else qemu:///system)")
+    args = parser.parse_args(argv)
+    warnings.simplefilter("ignore")
+    if os.geteuid() != 0:
+        print("demo: error: needs root (loop devices, QEMU with /dev/kvm)", file=sys.stderr)
+        return 1
+    for sig in INTERRUPTS:  # Ctrl-C, kill and a closed terminal all end in the cleanup below
+        signal.signal(sig, _interrupted)
+    story = Story()
+    ws = Workspace()
+    status = 0
+    try:
+        run(story, ws, args.uri)
+    except KeyboardInterrupt:
+        print("\ndemo: interrupted", file=sys.stderr)
+        status = 130
+    except (DemoFailed, VirtDriverError, libvirt.libvirtError, subprocess.CalledProcessError,
+            OSError) as exc:
+        print(f"\ndemo: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        status = 1
+    finally:
+        for sig in INTERRUPTS:
+            signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C must not stop the cleanup
+        problems = ws.clean()
+    for problem in problems:
+        print(f"demo: could not clean up {problem}", file=sys.stderr)
+    if status == 0:
+        print(f"\nCleaned up guests, loop device and temporary files. "
+              f"Done in {time.monotonic() - story.started:.1f} s.")
+    return status or (1 if problems else 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

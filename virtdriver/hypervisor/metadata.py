@@ -1,0 +1,58 @@
+"""virtdriver's own notes in a domain's ``<metadata>``: attachments whose alias was inherited.
+
+A live block copy (swap) keeps the guest device — and so its alias ``ua-<old volume>`` — while
+the data now comes from the new volume. The note maps that alias to the new volume id, for the
+disk with the new source only, so that a later attach of the old volume is never mistaken for it.
+"""
+
+from __future__ import annotations
+
+import libvirt
+from lxml import etree
+
+NS = "https://virtdriver.dev/xmlns/attachments/1"
+PREFIX = "virtdriver"
+
+
+def parse_notes(raw: str | None) -> dict[str, tuple[str, str]]:
+    """``{alias: (volume id, source token)}`` from our metadata element."""
+    if not raw:
+        return {}
+    root = etree.fromstring(raw)
+    return {node.get("alias", ""): (node.get("volume", ""), node.get("source", ""))
+            for node in root if etree.QName(node).localname == "inherited"}
+
+
+def write_notes(dom: libvirt.virDomain, notes: dict[str, tuple[str, str]], flags: int) -> None:
+    # libvirt puts the element into our namespace itself; it must be given without one.
+    root = etree.Element("attachments")
+    for alias, (volume, source) in sorted(notes.items()):
+        etree.SubElement(root, "inherited", alias=alias, volume=volume, source=source)
+    xml = etree.tostring(root, encoding="unicode") if notes else None
+    dom.setMetadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, xml, PREFIX if notes else None, NS,
+                    flags)
+
+
+def current_notes(dom: libvirt.virDomain, flags: int) -> dict[str, tuple[str, str]]:
+    try:
+        return parse_notes(dom.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, NS, flags))
+    except libvirt.libvirtError as exc:
+        if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN_METADATA:
+            return {}
+        raise
+
+
+def set_note(dom: libvirt.virDomain, alias: str, volume: str | None, source: str,
+             *, live: bool, persistent: bool) -> None:
+    """Record (or with ``volume=None`` drop) the inherited alias, live and/or persistently."""
+    for wanted, flag in ((live, libvirt.VIR_DOMAIN_AFFECT_LIVE),
+                         (persistent, libvirt.VIR_DOMAIN_AFFECT_CONFIG)):
+        if not wanted:
+            continue
+        notes = current_notes(dom, flag)
+        if volume is None:
+            if notes.pop(alias, None) is None:
+                continue
+        else:
+            notes[alias] = (volume, source)
+        write_notes(dom, notes, flag)
