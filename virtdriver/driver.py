@@ -44,7 +44,7 @@ from virtdriver.hypervisor.targets import bus_for, pick_target
 from virtdriver.hypervisor.blockcopy import copy_and_pivot
 from virtdriver.hypervisor.usage import DiskUse, DomainState, host_state, source_key, source_token
 from virtdriver.policy import check_attach_mode
-from virtdriver.render import build_disk, volume_id
+from virtdriver.render import build_disk, check_nesting, volume_id
 from virtdriver.secrets import redact, secret_values
 from virtdriver.volume import RenderOptions, get_driver
 
@@ -569,6 +569,7 @@ class LibvirtVolumeDriver:
 def _copy_info(connection_info: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(connection_info, Mapping):
         raise InvalidConnectionInfo("connection_info", "is not a JSON object")
+    check_nesting(connection_info)  # before deepcopy could exhaust the interpreter's stack
     info = copy.deepcopy(dict(connection_info))
     if not isinstance(info.get("data"), Mapping):
         raise InvalidConnectionInfo("connection_info.data", "is missing or not a JSON object")

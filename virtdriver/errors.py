@@ -7,6 +7,17 @@ need a traceback to be understood.
 
 from __future__ import annotations
 
+import reprlib
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = 80
+_REPR.maxother = 80
+
+
+def show(value: object) -> str:
+    """A short, bounded ``repr`` for messages: never huge, never deeply recursive."""
+    return _REPR.repr(value)
+
 
 class VirtDriverError(Exception):
     """Base of every error virtdriver raises on purpose."""
@@ -61,7 +72,7 @@ class UnsupportedVolumeType(VirtDriverError):
         self.volume_type = volume_type
         self.known = known
         super().__init__(
-            f"unsupported driver_volume_type {volume_type!r}; known types: {', '.join(known)}"
+            f"unsupported driver_volume_type {show(volume_type)}; known types: {', '.join(known)}"
         )
 
 

@@ -32,6 +32,7 @@ from virtdriver.errors import (
     InvalidConnectionInfo,
     MultiattachNotSupported,
     UnsafeAttachment,
+    show,
 )
 
 ATTACH_MODES: Final = ("ro", "rw")
@@ -43,7 +44,7 @@ VIRTUAL_IMAGE_CONTEXT = Path("/etc/selinux/targeted/contexts/virtual_image_conte
 def check_attach_mode(mode: object, where: str = "attach_mode") -> str:
     """``mode`` if it is ``ro`` or ``rw``; :class:`InvalidAttachMode` otherwise."""
     if mode not in ATTACH_MODES:
-        raise InvalidAttachMode(f"{where}: {mode!r} is not an attach mode (use 'ro' or 'rw')")
+        raise InvalidAttachMode(f"{where}: {show(mode)} is not an attach mode (use 'ro' or 'rw')")
     return mode  # type: ignore[return-value]
 
 
@@ -53,7 +54,7 @@ def effective_attach_mode(requested: object, access_mode: object) -> str:
     if access_mode is not None:
         if access_mode not in ATTACH_MODES:
             raise InvalidConnectionInfo("connection_info.data.access_mode",
-                                        f"{access_mode!r} is not 'ro' or 'rw'")
+                                        f"{show(access_mode)} is not 'ro' or 'rw'")
         if access_mode == "ro":
             return "ro"
     return requested
@@ -98,7 +99,7 @@ def apply_policy(disk: Disk, *, attach_mode: str, multiattach: bool, host_attach
     """
     check_attach_mode(attach_mode)
     if label_policy not in LABEL_POLICIES:
-        raise UnsafeAttachment(f"label_policy {label_policy!r} is not one of "
+        raise UnsafeAttachment(f"label_policy {show(label_policy)} is not one of "
                                f"{', '.join(LABEL_POLICIES)}")
     if disk.shareable and not multiattach:
         raise MultiattachNotSupported("a shareable disk was requested for a volume that is not "

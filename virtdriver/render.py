@@ -9,7 +9,7 @@ from typing import Any, Final
 
 from virtdriver.config import Address, Alias, BlockIO, Disk, Driver, Encryption, IoTune, Secret
 from virtdriver.config import Target
-from virtdriver.errors import InvalidConnectionInfo, InvalidRenderOption
+from virtdriver.errors import InvalidConnectionInfo, InvalidRenderOption, show
 from virtdriver.policy import apply_policy, effective_attach_mode
 from virtdriver.volume.base import RenderOptions
 from virtdriver.volume.registry import get_driver
@@ -43,7 +43,8 @@ def build_disk(connection_info: Mapping[str, Any], *, attach_mode: str = "rw",
     """
     if not _is_mapping(connection_info):
         raise InvalidConnectionInfo("connection_info", "is not a JSON object")
-    check_nesting(connection_info)
+    # No walk over the whole document here (render speed is a product goal): every message
+    # quotes input through errors.show(), which is bounded in depth and length.
     data = connection_info.get("data")
     if not _is_mapping(data):
         raise InvalidConnectionInfo("connection_info.data", "is missing or not a JSON object")
@@ -59,7 +60,7 @@ def build_disk(connection_info: Mapping[str, Any], *, attach_mode: str = "rw",
 
     multiattach = connection_info.get("multiattach", False)
     if not isinstance(multiattach, bool):
-        raise InvalidConnectionInfo("connection_info.multiattach", f"{multiattach!r} is not "
+        raise InvalidConnectionInfo("connection_info.multiattach", f"{show(multiattach)} is not "
                                     "true or false")
     mode = effective_attach_mode(attach_mode, data.get("access_mode"))
     disk = Disk(
@@ -77,7 +78,7 @@ def build_disk(connection_info: Mapping[str, Any], *, attach_mode: str = "rw",
         disk.iotune = iotune_from_qos(qos)
     if luks_secret_uuid is not None:
         if not isinstance(luks_secret_uuid, str) or not _UUID.fullmatch(luks_secret_uuid):
-            raise InvalidRenderOption(f"luks_secret_uuid: {luks_secret_uuid!r} is not a UUID")
+            raise InvalidRenderOption(f"luks_secret_uuid: {show(luks_secret_uuid)} is not a UUID")
         disk.encryption = Encryption(format="luks",
                                      secret=Secret(type="passphrase", uuid=luks_secret_uuid))
     alias = user_alias(connection_info)
@@ -104,7 +105,7 @@ def check_nesting(value: object, where: str = "connection_info", limit: int = MA
     while stack:
         node, path, depth = stack.pop()
         if isinstance(node, Mapping):
-            items = [(f"{path}.{k}" if isinstance(k, str) else f"{path}[{k!r}]", v)
+            items = [(f"{path}.{k}" if isinstance(k, str) else f"{path}[{show(k)}]", v)
                      for k, v in node.items()]
         elif isinstance(node, (list, tuple)):
             items = [(f"{path}[{i}]", v) for i, v in enumerate(node)]
@@ -129,7 +130,7 @@ def volume_id(connection_info: Mapping[str, Any]) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not _ALIAS_ID.fullmatch(value):
-        raise InvalidConnectionInfo(where, f"{value!r} is not a volume id (letters, digits, "
+        raise InvalidConnectionInfo(where, f"{show(value)} is not a volume id (letters, digits, "
                                     "'-', '_' and '.')")
     return value
 
@@ -142,14 +143,14 @@ def user_alias(connection_info: Mapping[str, Any]) -> str | None:
 
 def _check_target(target_dev: object, bus: object, device: object, scsi_unit: object) -> None:
     if bus not in BUS_PREFIX:
-        raise InvalidRenderOption(f"bus: {bus!r} is not one of {', '.join(BUS_PREFIX)}")
+        raise InvalidRenderOption(f"bus: {show(bus)} is not one of {', '.join(BUS_PREFIX)}")
     if device not in DEVICES:
-        raise InvalidRenderOption(f"device: {device!r} is not 'disk' or 'lun'")
+        raise InvalidRenderOption(f"device: {show(device)} is not 'disk' or 'lun'")
     if not isinstance(target_dev, str) or not _TARGET_DEV.fullmatch(target_dev):
-        raise InvalidRenderOption(f"target_dev: {target_dev!r} is not a disk device name such "
+        raise InvalidRenderOption(f"target_dev: {show(target_dev)} is not a disk device name such "
                                   "as vdb or sdc")
     if not target_dev.startswith(BUS_PREFIX[bus]):  # type: ignore[index]
-        raise InvalidRenderOption(f"target_dev: {target_dev!r} does not fit bus {bus!r} "
+        raise InvalidRenderOption(f"target_dev: {show(target_dev)} does not fit bus {show(bus)} "
                                   f"(use {BUS_PREFIX[bus]}X)")  # type: ignore[index]
     if device == "lun" and bus != "scsi":
         raise InvalidRenderOption("device 'lun' needs bus 'scsi'")
@@ -158,7 +159,7 @@ def _check_target(target_dev: object, bus: object, device: object, scsi_unit: ob
             raise InvalidRenderOption("scsi_unit is only meaningful with bus 'scsi'")
         if (isinstance(scsi_unit, bool) or not isinstance(scsi_unit, int)
                 or not 0 <= scsi_unit <= MAX_SCSI_UNIT):
-            raise InvalidRenderOption(f"scsi_unit: {scsi_unit!r} is not a unit number from 0 "
+            raise InvalidRenderOption(f"scsi_unit: {show(scsi_unit)} is not a unit number from 0 "
                                       f"to {MAX_SCSI_UNIT}")
 
 
@@ -166,7 +167,7 @@ def _serial(value: object) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not _SERIAL.fullmatch(value):
-        raise InvalidConnectionInfo("connection_info.serial", f"{value!r} is not a disk serial "
+        raise InvalidConnectionInfo("connection_info.serial", f"{show(value)} is not a disk serial "
                                     "(letters, digits, space, '_', '.', '+', '-')")
     return value
 
@@ -177,7 +178,7 @@ def _discard(data: Mapping[str, Any]) -> str | None:
         return None
     if value is True:
         return "unmap"
-    raise InvalidConnectionInfo("connection_info.data.discard", f"{value!r} is not true or false")
+    raise InvalidConnectionInfo("connection_info.data.discard", f"{show(value)} is not true or false")
 
 
 def _block_size(data: Mapping[str, Any], key: str) -> int | None:
@@ -188,7 +189,7 @@ def _block_size(data: Mapping[str, Any], key: str) -> int | None:
         value = int(value)
     if (isinstance(value, bool) or not isinstance(value, int) or not 512 <= value <= 32768
             or value & (value - 1)):
-        raise InvalidConnectionInfo(f"connection_info.data.{key}", f"{value!r} is not a power "
+        raise InvalidConnectionInfo(f"connection_info.data.{key}", f"{show(value)} is not a power "
                                     "of two from 512 to 32768")
     return value
 
@@ -210,7 +211,7 @@ def iotune_from_qos(qos: object) -> IoTune | None:
     """
     where = "connection_info.data.qos_specs"
     if not _is_mapping(qos):
-        raise InvalidConnectionInfo(where, f"{qos!r} is not a JSON object")
+        raise InvalidConnectionInfo(where, f"{show(qos)} is not a JSON object")
     values: dict[str, int] = {}
     for key, raw in qos.items():  # type: ignore[attr-defined]
         if key not in QOS_KEYS:
@@ -220,7 +221,7 @@ def iotune_from_qos(qos: object) -> IoTune | None:
         if isinstance(value, str) and value.isdigit() and value.isascii():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InvalidConnectionInfo(f"{where}.{key}", f"{raw!r} is not a non-negative integer")
+            raise InvalidConnectionInfo(f"{where}.{key}", f"{show(raw)} is not a non-negative integer")
         if value:
             values[key] = value
     for key in values:

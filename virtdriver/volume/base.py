@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from virtdriver.config import Source
-from virtdriver.errors import InvalidConnectionInfo
+from virtdriver.errors import InvalidConnectionInfo, show
 
 DATA = "connection_info.data"
 
@@ -86,9 +86,9 @@ def optional_str(data: Mapping[str, Any], key: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise InvalidConnectionInfo(_where(key), f"{value!r} is not a string")
+        raise InvalidConnectionInfo(_where(key), f"{show(value)} is not a string")
     if not value or "\n" in value or "\r" in value or "\x00" in value:
-        raise InvalidConnectionInfo(_where(key), f"{value!r} must be a non-empty single line")
+        raise InvalidConnectionInfo(_where(key), f"{show(value)} must be a non-empty single line")
     return value
 
 
@@ -102,7 +102,7 @@ def required_str(data: Mapping[str, Any], key: str) -> str:
 def absolute_path(data: Mapping[str, Any], key: str) -> str:
     value = required_str(data, key)
     if not value.startswith("/") or "/../" in value + "/" or value.endswith("/"):
-        raise InvalidConnectionInfo(_where(key), f"{value!r} is not an absolute path to a file "
+        raise InvalidConnectionInfo(_where(key), f"{show(value)} is not an absolute path to a file "
                                     "or device")
     return value
 
@@ -114,14 +114,14 @@ def port_number(value: Any, where: str) -> int | None:
     if isinstance(value, str) and value.isdigit() and value.isascii():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
-        raise InvalidConnectionInfo(where, f"{value!r} is not a TCP port number")
+        raise InvalidConnectionInfo(where, f"{show(value)} is not a TCP port number")
     return value
 
 
 def host_name(value: Any, where: str) -> str:
     if (not isinstance(value, str) or not value or len(value) > 255
             or any(c.isspace() or c in "/<>'\"&\x00" for c in value)):
-        raise InvalidConnectionInfo(where, f"{value!r} is not a host name or address")
+        raise InvalidConnectionInfo(where, f"{show(value)} is not a host name or address")
     return value
 
 
@@ -141,5 +141,5 @@ def disk_format(data: Mapping[str, Any]) -> str:
     """``data.format`` (qcow2, raw, ...) or raw."""
     value = optional_str(data, "format") or "raw"
     if value not in ("raw", "qcow2", "vmdk", "vdi", "vhdx", "vpc", "qed", "parallels", "ploop"):
-        raise InvalidConnectionInfo(_where("format"), f"{value!r} is not a disk format QEMU opens")
+        raise InvalidConnectionInfo(_where("format"), f"{show(value)} is not a disk format QEMU opens")
     return value

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from virtdriver.config import Host, Source
-from virtdriver.errors import InvalidConnectionInfo
+from virtdriver.errors import InvalidConnectionInfo, show
 from virtdriver.volume.base import DATA, RenderOptions, VolumeSource, disk_format, host_name
 from virtdriver.volume.remotefs import RemoteFsVolumeDriver
 
@@ -27,7 +27,7 @@ class GlusterFSVolumeDriver(RemoteFsVolumeDriver):
         host, sep, volume = export.partition(":")
         volume = volume.strip("/")
         if not sep or not volume or "/" in volume:
-            raise InvalidConnectionInfo(f"{DATA}.export", f"{export!r} is not 'host:/volume'")
+            raise InvalidConnectionInfo(f"{DATA}.export", f"{show(export)} is not 'host:/volume'")
         name = self.file_path(data, RenderOptions(mount_base="/")).rpartition("/")[2]
         source = Source(protocol="gluster", name=f"{volume}/{name}",
                         hosts=[Host(name=host_name(host, f"{DATA}.export"), port=GLUSTERD_PORT)])

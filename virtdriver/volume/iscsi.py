@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from virtdriver.config import IQN, Auth, Host, Initiator, Secret, Source
-from virtdriver.errors import InvalidConnectionInfo
+from virtdriver.errors import InvalidConnectionInfo, show
 from virtdriver.volume.base import (
     DATA,
     RenderOptions,
@@ -31,7 +31,7 @@ def lun_number(data: Mapping[str, Any]) -> int:
     if isinstance(value, str) and value.isdigit() and value.isascii():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 16384:
-        raise InvalidConnectionInfo(f"{DATA}.target_lun", f"{value!r} is not a LUN number")
+        raise InvalidConnectionInfo(f"{DATA}.target_lun", f"{show(value)} is not a LUN number")
     return value
 
 
@@ -45,7 +45,7 @@ def uses_chap(data: Mapping[str, Any]) -> bool:
     if method is None or method.lower() == "none":
         return False
     if method.upper() != "CHAP":
-        raise InvalidConnectionInfo(f"{DATA}.auth_method", f"{method!r} is not CHAP or None")
+        raise InvalidConnectionInfo(f"{DATA}.auth_method", f"{show(method)} is not CHAP or None")
     return True
 
 
@@ -62,7 +62,7 @@ class ISCSIVolumeDriver(HostBlockDeviceDriver):
             return super().source(data, options)
         iqn = required_str(data, "target_iqn")
         if any(c.isspace() or c in "/<>&'\"" for c in iqn):
-            raise InvalidConnectionInfo(f"{DATA}.target_iqn", f"{iqn!r} is not an iSCSI name")
+            raise InvalidConnectionInfo(f"{DATA}.target_iqn", f"{show(iqn)} is not an iSCSI name")
         lun = lun_number(data)
         host, port = split_portal(required_str(data, "target_portal"), f"{DATA}.target_portal")
         source = Source(protocol="iscsi", name=f"{iqn}/{lun}",

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from virtdriver.config import Auth, Host, Secret, Source
-from virtdriver.errors import InvalidConnectionInfo
+from virtdriver.errors import InvalidConnectionInfo, show
 from virtdriver.volume.base import (
     DATA,
     RenderOptions,
@@ -26,7 +26,7 @@ _UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]
 def _list(data: Mapping[str, Any], key: str) -> list[Any]:
     value = data.get(key) or []
     if not isinstance(value, list):
-        raise InvalidConnectionInfo(f"{DATA}.{key}", f"{value!r} is not a list")
+        raise InvalidConnectionInfo(f"{DATA}.{key}", f"{show(value)} is not a list")
     return value
 
 
@@ -36,7 +36,7 @@ class RBDVolumeDriver(VolumeDriver):
     def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
         name = required_str(data, "name")
         if not _IMAGE_NAME.fullmatch(name):
-            raise InvalidConnectionInfo(f"{DATA}.name", f"{name!r} is not 'pool/image'")
+            raise InvalidConnectionInfo(f"{DATA}.name", f"{show(name)} is not 'pool/image'")
         hosts, ports = _list(data, "hosts"), _list(data, "ports")
         if ports and len(ports) != len(hosts):
             raise InvalidConnectionInfo(f"{DATA}.ports", f"has {len(ports)} entries for "
@@ -48,10 +48,10 @@ class RBDVolumeDriver(VolumeDriver):
         if data.get("auth_enabled"):
             uuid = required_str(data, "secret_uuid")
             if not _UUID.fullmatch(uuid):
-                raise InvalidConnectionInfo(f"{DATA}.secret_uuid", f"{uuid!r} is not a UUID")
+                raise InvalidConnectionInfo(f"{DATA}.secret_uuid", f"{show(uuid)} is not a UUID")
             secret_type = optional_str(data, "secret_type") or "ceph"
             if secret_type != "ceph":
-                raise InvalidConnectionInfo(f"{DATA}.secret_type", f"{secret_type!r} is not ceph")
+                raise InvalidConnectionInfo(f"{DATA}.secret_type", f"{show(secret_type)} is not ceph")
             source.auth = Auth(username=required_str(data, "auth_username"),
                                secret=Secret(type="ceph", uuid=uuid))
         return VolumeSource("network", source)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from importlib.metadata import EntryPoint, entry_points
 
-from virtdriver.errors import UnsupportedVolumeType, VirtDriverError
+from virtdriver.errors import UnsupportedVolumeType, VirtDriverError, show
 from virtdriver.volume.base import VolumeDriver
 
 GROUP = "virtdriver.volume_drivers"
@@ -42,7 +42,7 @@ def get_driver(volume_type: object) -> VolumeDriver:
         raise UnsupportedVolumeType(volume_type, known_types())
     cls = ep.load()
     if not (isinstance(cls, type) and issubclass(cls, VolumeDriver)):
-        raise VirtDriverError(f"entry point {ep.value!r} for {ep.name!r} is not a VolumeDriver")
+        raise VirtDriverError(f"entry point {show(ep.value)} for {show(ep.name)} is not a VolumeDriver")
     driver = _loaded[ep.name] = cls()
     return driver
 

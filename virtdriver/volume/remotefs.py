@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from virtdriver.config import Source
-from virtdriver.errors import InvalidConnectionInfo
+from virtdriver.errors import InvalidConnectionInfo, show
 from virtdriver.volume.base import (
     DATA,
     RenderOptions,
@@ -47,12 +47,12 @@ class RemoteFsVolumeDriver(VolumeDriver):
             return absolute_path(data, "device_path")
         name = required_str(data, "name")
         if "/" in name or name in (".", ".."):
-            raise InvalidConnectionInfo(f"{DATA}.name", f"{name!r} is not a file name")
+            raise InvalidConnectionInfo(f"{DATA}.name", f"{show(name)} is not a file name")
         if not options.mount_base:
             raise InvalidConnectionInfo(f"{DATA}.device_path", "is missing and no mount base "
                                         "was given to find the file on the share")
         if not options.mount_base.startswith("/"):
-            raise InvalidConnectionInfo("mount_base", f"{options.mount_base!r} is not absolute")
+            raise InvalidConnectionInfo("mount_base", f"{show(options.mount_base)} is not absolute")
         return posixpath.join(mount_point(options.mount_base, self.export(data)), name)
 
     def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
