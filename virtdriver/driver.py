@@ -46,11 +46,12 @@ from virtdriver.hypervisor.usage import DiskUse, DomainState, host_state, source
 from virtdriver.policy import check_attach_mode
 from virtdriver.render import build_disk, check_nesting, volume_id
 from virtdriver.secrets import redact, secret_values
-from virtdriver.volume import RenderOptions, get_driver
+from virtdriver.volume import RenderOptions, get_driver, iscsi
 
 LOG = logging.getLogger(__name__)
 
 DEFAULT_STATE_DIR = Path("/var/lib/virtdriver")
+REMOTEFS_PROTOCOLS = ("NFS", "GLUSTERFS", "QUOBYTE", "VZSTORAGE")
 ALIAS_PREFIX = "ua-"
 # libvirt >= 3.10 passes share-rw=on for <shareable/> disks; QEMU >= 2.10 has share-rw.
 MIN_LIBVIRT_SHARE_RW = 3_010_000
@@ -194,10 +195,7 @@ class LibvirtVolumeDriver:
             users = [u for u in host if u.alias == alias]
             multiattach = info.get("multiattach") is True
             self._check_sharing(users, dom, vid, multiattach)
-            if protocol is not None:
-                device_info = self.host.connect(vid, protocol, self._brick_properties(info))
-                if device_info.get("path"):
-                    info["data"]["device_path"] = device_info["path"]
+            self._connect_host(vid, protocol, info)
             try:
                 return self._attach(dom, target, info, alias, host, multiattach,
                                     attach_mode=attach_mode,
@@ -205,7 +203,7 @@ class LibvirtVolumeDriver:
                                     luks_secret_uuid=luks_secret_uuid)
             except VirtDriverError as exc:
                 self._undo_attach(dom, alias)
-                if protocol is not None and not users:
+                if not users:
                     if isinstance(exc, VolumeInUse):
                         self.host.forget(vid)  # the device is another attachment's: keep it
                     else:
@@ -313,10 +311,7 @@ class LibvirtVolumeDriver:
             users = [u for u in host if u.alias == alias]
             for state in targets:
                 self._check_sharing(users, state.dom, vid, multiattach)
-            if protocol is not None:
-                device_info = self.host.connect(vid, protocol, self._brick_properties(info))
-                if device_info.get("path"):
-                    info["data"]["device_path"] = device_info["path"]
+            self._connect_host(vid, protocol, info)
             done: list[tuple[DomainState, Attachment]] = []
             failures: list[tuple[str, Exception]] = []
 
@@ -347,7 +342,7 @@ class LibvirtVolumeDriver:
                 self._undo_attach(state.dom, alias)
             for name, _ in failures:
                 self._undo_attach(self._find(states, name).dom, alias)
-            if protocol is not None and not users:
+            if not users:
                 self._disconnect_quietly(vid)
             name, exc = failures[0]
             raise AttachFailed(f"attaching volume {vid} to {len(instances)} guests failed at "
@@ -391,10 +386,7 @@ class LibvirtVolumeDriver:
             host = [u for s in states for u in s.disks]
             new_users = [u for u in host if u.alias == new_alias]
             self._check_sharing(new_users, dom, new_id, new.get("multiattach") is True)
-            if protocol is not None:
-                device_info = self.host.connect(new_id, protocol, self._brick_properties(new))
-                if device_info.get("path"):
-                    new["data"]["device_path"] = device_info["path"]
+            self._connect_host(new_id, protocol, new)
             try:
                 new_disk = self._render_like(new, old_disk)
                 if state.active:
@@ -407,14 +399,14 @@ class LibvirtVolumeDriver:
                     dom.detachDeviceFlags(old_disk.to_xml(), libvirt.VIR_DOMAIN_AFFECT_CONFIG)
                     dom.attachDeviceFlags(new_disk.to_xml(), libvirt.VIR_DOMAIN_AFFECT_CONFIG)
             except (VirtDriverError, libvirt.libvirtError) as exc:
-                if protocol is not None and not new_users:
+                if not new_users:
                     self._disconnect_quietly(new_id)
                 if isinstance(exc, VirtDriverError):
                     raise
                 raise SwapFailed(f"swapping volume {old_id} for {new_id} on {state.name} failed",
                                  libvirt_message(exc)) from None
             if not self._users(old_alias):
-                self.host.disconnect(old_id)
+                self._release(old_id)
             found = [a for a in self.list_attachments(state.uuid) if a.volumeId == new_id]
             return found[0]
 
@@ -457,7 +449,8 @@ class LibvirtVolumeDriver:
                 raise ExtendRefused(f"volume {vid} is {current} bytes; shrinking it to {new_size} "
                                     "would destroy data")
             if protocol is not None:
-                grown = brick.extend(protocol, self._brick_properties(info), self.state_dir)
+                grown = brick.extend(protocol, dict(info["data"]), self.state_dir,
+                                     **self._connector_options(protocol))
                 if grown is not None and grown < new_size:
                     raise ExtendRefused(f"the host sees volume {vid} at {grown} bytes, less than "
                                         f"{new_size}: extend it on the storage side first")
@@ -503,8 +496,8 @@ class LibvirtVolumeDriver:
             if not self._users(alias):
                 props = None
                 if connection_info is not None:
-                    props = self._brick_properties(_copy_info(connection_info))
-                self.host.disconnect(volume_id, props)
+                    props = dict(_copy_info(connection_info)["data"])
+                self._release(volume_id, props)
 
     def _detach_live(self, dom: libvirt.virDomain, disk: Disk, alias: str,
                      timeout: float) -> None:
@@ -535,8 +528,37 @@ class LibvirtVolumeDriver:
         return RenderOptions(mount_base=self.mount_base, native_iscsi=self.native_iscsi,
                              native_glusterfs=self.native_glusterfs)
 
-    def _brick_properties(self, info: dict[str, Any]) -> dict[str, Any]:
-        return dict(info["data"])
+    def _connector_options(self, protocol: str) -> dict[str, Any]:
+        if protocol in REMOTEFS_PROTOCOLS:
+            return {f"{protocol.lower()}_mount_point_base": self.mount_base}
+        return {}
+
+    def _connect_host(self, vid: str, protocol: str | None, info: dict[str, Any]) -> None:
+        """Set up what the host needs for the volume: os-brick's connection (filling in
+        ``device_path``), and for QEMU's own iSCSI initiator the CHAP secret in libvirt."""
+        data = info["data"]
+        if protocol is not None:
+            device_info = self.host.connect(vid, protocol, dict(data),
+                                            **self._connector_options(protocol))
+            if device_info.get("path"):
+                data["device_path"] = device_info["path"]
+        if (self.native_iscsi and info.get("driver_volume_type") == "iscsi"
+                and iscsi.uses_chap(data)):
+            password = data.get("auth_password")
+            if not isinstance(password, str) or not password:
+                raise InvalidConnectionInfo("connection_info.data.auth_password",
+                                            "is missing for CHAP")
+            usage = iscsi.chap_secret_usage(str(data.get("target_iqn")), iscsi.lun_number(data))
+            self.host.add_secret(self.connection.get(), vid, "iscsi", usage, password.encode())
+
+    def _release(self, vid: str, properties: dict[str, Any] | None = None) -> None:
+        """Release the volume's host side (the caller checked that no guest uses it)."""
+        self.host.release(vid, self.connection.get(), self._mount_in_use, properties)
+
+    def _mount_in_use(self, mount_point: str) -> bool:
+        prefix = mount_point.rstrip("/") + "/"
+        return any(u.disk.source is not None and (u.disk.source.file or "").startswith(prefix)
+                   for state in self._host_state() for u in state.disks)
 
     def _users(self, alias: str) -> list[DiskUse]:
         return [u for state in self._host_state() for u in state.disks if u.alias == alias]
@@ -558,7 +580,7 @@ class LibvirtVolumeDriver:
 
     def _disconnect_quietly(self, vid: str) -> None:
         try:
-            self.host.disconnect(vid)
+            self._release(vid)
         except VirtDriverError as exc:
             LOG.error("could not release the host connection of %s: %s", vid, exc)
 

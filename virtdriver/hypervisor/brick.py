@@ -74,20 +74,23 @@ def connector_properties(lock_dir: Path, *, my_ip: str = "127.0.0.1",
         raise HostConnectFailed("cannot read the host's connector properties", str(exc)) from None
 
 
-def connect(protocol: str, properties: dict[str, Any], lock_dir: Path) -> dict[str, Any]:
+def connect(protocol: str, properties: dict[str, Any], lock_dir: Path,
+            **connector_options: Any) -> dict[str, Any]:
     """Connect the host side; returns os-brick's device info (``path`` among it)."""
     try:
-        return dict(connector_for(protocol, lock_dir).connect_volume(properties))
+        return dict(connector_for(protocol, lock_dir, **connector_options)
+                    .connect_volume(properties))
     except Exception as exc:
         raise HostConnectFailed(f"os-brick could not connect the {protocol} volume",
                                 _describe(exc)) from None
 
 
 def disconnect(protocol: str, properties: dict[str, Any], device_info: dict[str, Any] | None,
-               lock_dir: Path) -> None:
+               lock_dir: Path, **connector_options: Any) -> None:
     """Disconnect the host side."""
     try:
-        connector_for(protocol, lock_dir).disconnect_volume(properties, device_info)
+        connector_for(protocol, lock_dir, **connector_options).disconnect_volume(properties,
+                                                                                 device_info)
     except Exception as exc:
         raise HostConnectFailed(f"os-brick could not disconnect the {protocol} volume",
                                 _describe(exc)) from None

@@ -1,21 +1,38 @@
-"""Host-side connections: os-brick connect/disconnect and the record of how to undo them.
+"""Host-side resources of a volume: how to release them, kept beside the locks.
 
 Whether a volume is still used on this host is always answered from libvirt's live state
-(:mod:`virtdriver.hypervisor.usage`). What is kept on disk is only *how* to disconnect it —
-os-brick's connection properties (secrets removed) and device info — in
-``<state_dir>/connections/<volume id>.json``, written on connect and removed on disconnect. A record
-without any guest using the volume is a leaked connection, which ``audit`` reports.
+(:mod:`virtdriver.hypervisor.usage`). What is kept on disk is only *how* to release what an attach
+set up on the host — os-brick's connection (properties without secrets, device info), libvirt
+secrets created for QEMU (CHAP), the share mounted for file volumes — in
+``<state_dir>/connections/<volume id>.json``. A record that no guest's disk matches any more is a
+leaked connection, which ``audit`` reports.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
+import libvirt
+
+from virtdriver.errors import HostConnectFailed
 from virtdriver.hypervisor import brick
 from virtdriver.secrets import without_secrets
+
+
+@dataclasses.dataclass
+class HostRecord:
+    """What was set up on this host for one volume."""
+
+    protocol: str | None = None
+    properties: dict[str, Any] = dataclasses.field(default_factory=dict)
+    device_info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    secrets: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (type, usage)
+    mount_point: str | None = None
 
 
 class HostConnections:
@@ -23,39 +40,99 @@ class HostConnections:
         self.state_dir = state_dir
         self.records = state_dir / "connections"
 
-    def _record(self, volume_id: str) -> Path:
+    def _path(self, volume_id: str) -> Path:
         return self.records / f"{volume_id}.json"
 
-    def connect(self, volume_id: str, protocol: str, properties: dict[str, Any]) -> dict[str, Any]:
-        """Connect (idempotent in os-brick for an already connected volume) and record it."""
-        device_info = brick.connect(protocol, properties, self.state_dir)
+    def load(self, volume_id: str) -> HostRecord | None:
+        try:
+            raw = json.loads(self._path(volume_id).read_text())
+        except FileNotFoundError:
+            return None
+        raw["secrets"] = [tuple(s) for s in raw.get("secrets", [])]
+        return HostRecord(**raw)
+
+    def save(self, volume_id: str, record: HostRecord) -> None:
         self.records.mkdir(parents=True, exist_ok=True)
-        record = {"protocol": protocol, "properties": without_secrets(properties),
-                  "device_info": without_secrets(device_info)}
-        tmp = self._record(volume_id).with_suffix(".tmp")
-        tmp.write_text(json.dumps(record, default=str))
-        os.replace(tmp, self._record(volume_id))
+        tmp = self._path(volume_id).with_suffix(".tmp")
+        tmp.write_text(json.dumps(dataclasses.asdict(record), default=str))
+        os.replace(tmp, self._path(volume_id))
+
+    def connect(self, volume_id: str, protocol: str, properties: dict[str, Any],
+                **connector_options: Any) -> dict[str, Any]:
+        """os-brick connect (idempotent for an already connected volume), recorded."""
+        device_info = brick.connect(protocol, properties, self.state_dir, **connector_options)
+        record = self.load(volume_id) or HostRecord()
+        record.protocol = protocol
+        record.properties = without_secrets(properties)
+        record.device_info = without_secrets(device_info)
+        mount_base = connector_options.get(f"{protocol.lower()}_mount_point_base")
+        if mount_base and device_info.get("path"):
+            record.mount_point = os.path.dirname(device_info["path"])
+        self.save(volume_id, record)
         return device_info
 
-    def disconnect(self, volume_id: str, properties: dict[str, Any] | None = None) -> bool:
-        """Disconnect the volume if it was connected here; ``False`` when there was nothing."""
-        path = self._record(volume_id)
+    def add_secret(self, conn: libvirt.virConnect, volume_id: str, usage_type: str, usage: str,
+                   value: bytes) -> None:
+        """Define (or refresh) a private libvirt secret for QEMU, recorded for removal."""
+        xml = (f"<secret ephemeral='no' private='yes'><usage type='{usage_type}'>"
+               f"<target>{usage}</target></usage></secret>")
         try:
-            record = json.loads(path.read_text())
-        except FileNotFoundError:
+            secret = conn.secretDefineXML(xml, 0)
+            secret.setValue(value, 0)
+        except libvirt.libvirtError as exc:
+            raise HostConnectFailed(f"cannot store the {usage_type} secret for volume "
+                                    f"{volume_id} in libvirt", exc.get_error_message()) from None
+        record = self.load(volume_id) or HostRecord()
+        if (usage_type, usage) not in record.secrets:
+            record.secrets.append((usage_type, usage))
+        self.save(volume_id, record)
+
+    def release(self, volume_id: str, conn: libvirt.virConnect, mounted_in_use: Any,
+                properties: dict[str, Any] | None = None) -> bool:
+        """Undo everything recorded for the volume; ``False`` when nothing was recorded.
+
+        ``mounted_in_use(path)`` answers whether any guest still has a file below a mount point
+        (other volumes on the same share keep it mounted).
+        """
+        record = self.load(volume_id)
+        if record is None:
             return False
-        brick.disconnect(record["protocol"], properties or record["properties"],
-                         record["device_info"], self.state_dir)
-        path.unlink(missing_ok=True)
+        if record.protocol is not None:
+            brick.disconnect(record.protocol, properties or record.properties,
+                             record.device_info, self.state_dir)
+        for usage_type, usage in record.secrets:
+            _undefine_secret(conn, usage_type, usage)
+        if record.mount_point and not mounted_in_use(record.mount_point):
+            unmount(record.mount_point)
+        self.forget(volume_id)
         return True
 
     def forget(self, volume_id: str) -> None:
-        """Drop the record without disconnecting: the device turned out to belong to another
-        attachment (the same data under another volume id), which must keep it."""
-        self._record(volume_id).unlink(missing_ok=True)
+        """Drop the record without releasing anything (the resources belong to someone else)."""
+        self._path(volume_id).unlink(missing_ok=True)
 
     def connected(self) -> list[str]:
-        """Volume ids with a host connection recorded."""
+        """Volume ids with host-side resources recorded."""
         if not self.records.is_dir():
             return []
         return sorted(p.stem for p in self.records.glob("*.json"))
+
+
+def _undefine_secret(conn: libvirt.virConnect, usage_type: str, usage: str) -> None:
+    kind = {"iscsi": libvirt.VIR_SECRET_USAGE_TYPE_ISCSI,
+            "ceph": libvirt.VIR_SECRET_USAGE_TYPE_CEPH}[usage_type]
+    try:
+        conn.secretLookupByUsage(kind, usage).undefine()
+    except libvirt.libvirtError as exc:
+        if exc.get_error_code() != libvirt.VIR_ERR_NO_SECRET:
+            raise HostConnectFailed(f"cannot remove the {usage_type} secret {usage}",
+                                    exc.get_error_message()) from None
+
+
+def unmount(mount_point: str) -> None:
+    """Unmount a share nobody uses any more (a no-op when it is not mounted)."""
+    if not os.path.ismount(mount_point):
+        return
+    done = subprocess.run(["umount", mount_point], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise HostConnectFailed(f"cannot unmount {mount_point}", done.stderr.strip())
