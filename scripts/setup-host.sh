@@ -59,8 +59,12 @@ fi
 stamp=.venv/.virtdriver-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     log "installing virtdriver[test] into .venv"
-    .venv/bin/pip install -q --upgrade pip >/dev/null
-    .venv/bin/pip install -q -e ".[test]"
+    log_file=.venv/install.log
+    if ! { .venv/bin/pip install -q --upgrade pip && .venv/bin/pip install -q -e ".[test,bench]"; } \
+            >"$log_file" 2>&1; then
+        cat "$log_file" >&2
+        exit 1
+    fi
     touch "$stamp"
 fi
 log "ready"

@@ -33,6 +33,7 @@ class HostRecord:
     device_info: dict[str, Any] = dataclasses.field(default_factory=dict)
     secrets: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (type, usage)
     mount_point: str | None = None
+    connector_options: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 class HostConnections:
@@ -65,6 +66,7 @@ class HostConnections:
         record.protocol = protocol
         record.properties = without_secrets(properties)
         record.device_info = without_secrets(device_info)
+        record.connector_options = dict(connector_options)
         mount_base = connector_options.get(f"{protocol.lower()}_mount_point_base")
         if mount_base and device_info.get("path"):
             record.mount_point = os.path.dirname(device_info["path"])
@@ -77,7 +79,12 @@ class HostConnections:
         xml = (f"<secret ephemeral='no' private='yes'><usage type='{usage_type}'>"
                f"<target>{usage}</target></usage></secret>")
         try:
-            secret = conn.secretDefineXML(xml, 0)
+            try:
+                secret = conn.secretLookupByUsage(USAGE_TYPES[usage_type], usage)
+            except libvirt.libvirtError as exc:
+                if exc.get_error_code() != libvirt.VIR_ERR_NO_SECRET:
+                    raise
+                secret = conn.secretDefineXML(xml, 0)
             secret.setValue(value, 0)
         except libvirt.libvirtError as exc:
             raise HostConnectFailed(f"cannot store the {usage_type} secret for volume "
@@ -99,7 +106,7 @@ class HostConnections:
             return False
         if record.protocol is not None:
             brick.disconnect(record.protocol, properties or record.properties,
-                             record.device_info, self.state_dir)
+                             record.device_info, self.state_dir, **record.connector_options)
         for usage_type, usage in record.secrets:
             _undefine_secret(conn, usage_type, usage)
         if record.mount_point and not mounted_in_use(record.mount_point):
@@ -118,11 +125,13 @@ class HostConnections:
         return sorted(p.stem for p in self.records.glob("*.json"))
 
 
+USAGE_TYPES = {"iscsi": libvirt.VIR_SECRET_USAGE_TYPE_ISCSI,
+               "ceph": libvirt.VIR_SECRET_USAGE_TYPE_CEPH}
+
+
 def _undefine_secret(conn: libvirt.virConnect, usage_type: str, usage: str) -> None:
-    kind = {"iscsi": libvirt.VIR_SECRET_USAGE_TYPE_ISCSI,
-            "ceph": libvirt.VIR_SECRET_USAGE_TYPE_CEPH}[usage_type]
     try:
-        conn.secretLookupByUsage(kind, usage).undefine()
+        conn.secretLookupByUsage(USAGE_TYPES[usage_type], usage).undefine()
     except libvirt.libvirtError as exc:
         if exc.get_error_code() != libvirt.VIR_ERR_NO_SECRET:
             raise HostConnectFailed(f"cannot remove the {usage_type} secret {usage}",
