@@ -140,16 +140,19 @@ def group_disks(states: Iterable[DomainState]) -> list[list[DiskUse]]:
     uses: list[tuple[DiskUse, object]] = []
     for state in states:
         for use in state.disks:
-            tokens = [t for t in (("volume", volume_id_of(use)), source_key(use.disk))
-                      if t is not None and t != ("volume", None)]
+            vid = volume_id_of(use)
+            tokens: list[object] = [("volume", vid)] if vid is not None else []
+            key = source_key(use.disk)
+            if key is not None:
+                tokens.append(key)
             if not tokens:
                 continue
             for token in tokens[1:]:
                 union(tokens[0], token)
             uses.append((use, tokens[0]))
     groups: dict[object, list[DiskUse]] = {}
-    for use, token in uses:
-        groups.setdefault(find(token), []).append(use)
+    for use, first in uses:
+        groups.setdefault(find(first), []).append(use)
     return list(groups.values())
 
 
@@ -248,16 +251,24 @@ def _leak(vid: str, records: Path) -> Danger:
 
 
 def _recorded_device(record: Path) -> str:
+    """What a host-connection record says was set up: protocol and device, mount, secrets."""
     try:
         data = json.loads(record.read_text())
     except (OSError, ValueError):
         return ""
-    info = data.get("device_info") or {}
+    if not isinstance(data, dict):
+        return ""
+    info = data.get("device_info")
     path = info.get("path") if isinstance(info, dict) else None
-    return f"{data.get('protocol', '?')} {path}" if path else str(data.get("protocol", ""))
+    parts = [" ".join(str(p) for p in (data.get("protocol"), path) if p)]
+    if data.get("mount_point"):
+        parts.append(f"mounted at {data['mount_point']}")
+    if data.get("secrets"):
+        parts.append(f"{len(data['secrets'])} libvirt secret(s)")
+    return ", ".join(p for p in parts if p)
 
 
-# ---- output ---------------------------------------------------------------------------------------
+# ---- output -------------------------------------------------------------------------------------
 
 ATTACHMENT_COLUMNS: Final = [("guest", "Guest"), ("device", "Device"), ("mode", "Mode"),
                              ("shareable", "Shareable"), ("cache", "Cache"),

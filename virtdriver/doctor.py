@@ -302,6 +302,8 @@ def connector_check(driver: LibvirtVolumeDriver, facts: dict[str, Any]) -> Check
         props = driver.connector_properties()
     except VirtDriverError as exc:
         return Check("storage", "connector", "warn", str(exc))
+    except OSError as exc:  # os-brick's lock directory lives in the state dir
+        return Check("storage", "connector", "warn", f"cannot set up os-brick: {exc}")
     finally:
         quiet.setLevel(level)
     facts["connector_properties"] = props
@@ -437,7 +439,7 @@ def _run(argv: list[str]) -> str:
         return ""
 
 
-# ---- output ---------------------------------------------------------------------------------------
+# ---- output -------------------------------------------------------------------------------------
 
 
 def format_report(report: DoctorReport) -> str:
