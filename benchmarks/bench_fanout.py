@@ -126,7 +126,7 @@ def plot(rows: list[dict], png: Path) -> None:
     ax.legend()
     fig.tight_layout()
     fig.savefig(png, dpi=100)
-    print(f"plot: {png}")
+    print(f"plot: {png}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -561,11 +561,13 @@ class LibvirtVolumeDriver:
                    for state in self._host_state() for u in state.disks)
 
     def _users(self, alias: str) -> list[DiskUse]:
-        return [u for state in self._host_state() for u in state.disks if u.alias == alias]
+        volume = alias[len(ALIAS_PREFIX):]
+        return [u for state in self._host_state(mentioning=volume) for u in state.disks
+                if u.alias == alias]
 
-    def _host_state(self) -> list[DomainState]:
+    def _host_state(self, mentioning: str | None = None) -> list[DomainState]:
         try:
-            return host_state(self.connection.get())
+            return host_state(self.connection.get(), mentioning)
         except libvirt.libvirtError as exc:
             raise HypervisorError("cannot read the host's guests", libvirt_message(exc)) from None
 

@@ -62,17 +62,27 @@ class DomainState:
 
     @classmethod
     def read(cls, dom: libvirt.virDomain, active: bool | None = None,
-             persistent: bool | None = None) -> DomainState:
-        """Read ``dom``; a disk in both the live guest and its definition appears twice."""
+             persistent: bool | None = None, mentioning: str | None = None) -> DomainState:
+        """Read ``dom``; a disk in both the live guest and its definition appears twice.
+
+        With ``mentioning``, an XML document that does not contain that text at all (a volume
+        id: in an alias or in a swap note) is not parsed, and contributes no disks.
+        """
         name, uuid = dom.name(), dom.UUIDString()
         active = bool(dom.isActive()) if active is None else active
         persistent = bool(dom.isPersistent()) if persistent is None else persistent
-        current = DomainDisks.from_xml(dom.XMLDesc(0))  # the definition when not running
+        current = _read_xml(dom.XMLDesc(0), mentioning)  # the definition when not running
         disks = _uses(name, uuid, active, active, current)
         if active and persistent:
-            config = DomainDisks.from_xml(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+            config = _read_xml(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE), mentioning)
             disks += _uses(name, uuid, True, False, config)
         return cls(dom, name, uuid, active, persistent, disks, current.controllers)
+
+
+def _read_xml(xml: str, mentioning: str | None) -> DomainDisks:
+    if mentioning is not None and mentioning not in xml:
+        return DomainDisks(name="", uuid="", disks=[], controllers=[])
+    return DomainDisks.from_xml(xml)
 
 
 def _uses(name: str, uuid: str, active: bool, live: bool, domain: DomainDisks) -> list[DiskUse]:
@@ -108,8 +118,9 @@ def source_key(disk: Disk) -> tuple[str | int | None, ...] | None:
     return None
 
 
-def host_state(conn: libvirt.virConnect) -> list[DomainState]:
-    """Every domain on the host, running or defined.
+def host_state(conn: libvirt.virConnect, mentioning: str | None = None) -> list[DomainState]:
+    """Every domain on the host, running or defined (see :meth:`DomainState.read` for
+    ``mentioning``).
 
     A domain is running, defined, or both, so two list calls give every domain and both flags.
     """
@@ -122,7 +133,7 @@ def host_state(conn: libvirt.virConnect) -> list[DomainState]:
     states: list[DomainState] = []
     for uuid, dom in domains.items():
         try:
-            states.append(DomainState.read(dom, uuid in active, uuid in persistent))
+            states.append(DomainState.read(dom, uuid in active, uuid in persistent, mentioning))
         except libvirt.libvirtError as exc:
             if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:  # vanished meanwhile
                 raise

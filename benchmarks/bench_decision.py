@@ -1,0 +1,69 @@
+"""Cost of the "is this volume still used on this host?" decision as the host fills up.
+
+    .venv/bin/python benchmarks/bench_decision.py [--counts 1 2 4 8 16 32 64]
+
+The answer comes from libvirt's live state (every domain's live and persistent XML), so it costs
+more with more guests. Each guest gets one attached disk so that its XML is realistic; the time
+is the median of ``LibvirtVolumeDriver.volume_users`` calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.guests import Guests, open_connection  # noqa: E402
+from virtdriver import LibvirtVolumeDriver  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--counts", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
+    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    conn = open_connection("qemu:///system")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, Guests(conn, memory_mib=96) as guests:
+        image = Path(tmp) / "shared.raw"
+        with open(image, "wb") as fh:
+            fh.truncate(16 << 20)
+        driver = LibvirtVolumeDriver("qemu:///system", state_dir=Path(tmp) / "state")
+        vid = str(uuid.uuid4())
+        info = {"driver_volume_type": "gpfs", "serial": vid, "multiattach": True,
+                "data": {"volume_id": vid, "device_path": str(image)}}
+        doms: list = []
+        for count in sorted(args.counts):
+            with ThreadPoolExecutor(4) as pool:
+                new = list(pool.map(lambda i: guests.start(f"dec{i}"), range(len(doms), count)))
+            if new:
+                driver.attach_volume_to_many(info, [d.name() for d in new])
+            doms += new
+            samples = []
+            for _ in range(args.calls):
+                t0 = time.perf_counter()
+                users = driver.volume_users(vid)
+                samples.append(time.perf_counter() - t0)
+            assert len({u.domain_uuid for u in users}) == count
+            rows.append({"guests": count, "decision_ms": round(statistics.median(samples) * 1000,
+                                                               2)})
+        driver.close()
+    if args.json:
+        print(json.dumps(rows))
+        return
+    print(f"{'guests':>7}{'decision (ms)':>15}")
+    for r in rows:
+        print(f"{r['guests']:>7}{r['decision_ms']:>15.2f}")
+
+
+if __name__ == "__main__":
+    main()
