@@ -7,10 +7,14 @@ element building for the same disk shape, measured in the same run.
 from __future__ import annotations
 
 import argparse
-import time
-from collections.abc import Callable
+import sys
+from pathlib import Path
 
 from lxml import etree
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from timing import best_rate  # noqa: E402
 
 from virtdriver.config import Address, Alias, BlockIO, Disk, Driver, IoTune, Source, Target
 
@@ -49,32 +53,15 @@ def build_lxml() -> bytes:
     return etree.tostring(disk, pretty_print=True)
 
 
-def rate(fn: Callable[[], object], seconds: float) -> float:
-    """Best of three timed windows, in calls per second."""
-    best = 0.0
-    for _ in range(3):
-        n, start = 0, time.perf_counter()
-        deadline = start + seconds / 3
-        while True:
-            for _ in range(200):
-                fn()
-            n += 200
-            now = time.perf_counter()
-            if now >= deadline:
-                break
-        best = max(best, n / (now - start))
-    return best
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=3.0, help="time per measurement")
     args = parser.parse_args()
     xml = build_model()
     rows = [
-        ("model: build + serialize", rate(build_model, args.seconds)),
-        ("model: parse (strict)", rate(lambda: Disk.from_xml(xml), args.seconds)),
-        ("bare lxml: build + serialize", rate(build_lxml, args.seconds)),
+        ("model: build + serialize", best_rate(build_model, args.seconds / 3, 3)),
+        ("model: parse (strict)", best_rate(lambda: Disk.from_xml(xml), args.seconds / 3, 3)),
+        ("bare lxml: build + serialize", best_rate(build_lxml, args.seconds / 3, 3)),
     ]
     width = max(len(name) for name, _ in rows)
     print(f"{'measurement':<{width}}  {'disks/s':>10}")

@@ -20,7 +20,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from nova_render import CONNECTION_INFO, best_rate  # noqa: E402
+from nova_render import CONNECTION_INFO  # noqa: E402
+from timing import best_rate  # noqa: E402
 
 from virtdriver import build_disk  # noqa: E402
 

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 import warnings
 from importlib.metadata import version
+
+from timing import best_rate
 
 CONNECTION_INFO = {
     "driver_volume_type": "iscsi",
@@ -60,23 +61,6 @@ def make_driver():  # type: ignore[no-untyped-def]
     nova.conf.CONF([], project="nova", default_config_files=[])  # defaults: virt_type=kvm
     from nova.virt.libvirt.volume.iscsi import LibvirtISCSIVolumeDriver
     return LibvirtISCSIVolumeDriver(NoSecretHost())
-
-
-def best_rate(fn, seconds: float, windows: int) -> float:  # type: ignore[no-untyped-def]
-    best = 0.0
-    for _ in range(windows):
-        n = 0
-        start = time.perf_counter()
-        deadline = start + seconds
-        while True:
-            for _ in range(50):
-                fn()
-            n += 50
-            now = time.perf_counter()
-            if now >= deadline:
-                break
-        best = max(best, n / (now - start))
-    return best
 
 
 def main() -> None:

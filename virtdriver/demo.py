@@ -63,29 +63,41 @@ class DemoFailed(Exception):
 # ---- guests -------------------------------------------------------------------------------------
 
 
-def guest_xml(name: str, *, kvm: bool) -> str:
-    """An OS-less guest: 128 MiB, no disk, a virtio-scsi controller for hot-plugged volumes."""
-    return f"""<domain type='{"kvm" if kvm else "qemu"}'>
+def kvm_available() -> bool:
+    """True when ``/dev/kvm`` exists and this process can open it read-write."""
+    try:
+        fd = os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
+
+
+def guest_xml(name: str, *, kvm: bool, memory_mib: int = 128) -> str:
+    """XML of an OS-less guest with one virtio-scsi controller (index 0).
+
+    ``kvm`` selects ``<domain type='kvm'>``; otherwise TCG (``type='qemu'``).
+    """
+    if not re.fullmatch(r"[A-Za-z0-9_.+-]+", name):
+        raise ValueError(f"unsafe domain name: {name!r}")
+    dom_type = "kvm" if kvm else "qemu"
+    return f"""<domain type='{dom_type}'>
   <name>{name}</name>
-  <memory unit='MiB'>128</memory>
+  <memory unit='MiB'>{int(memory_mib)}</memory>
+  <currentMemory unit='MiB'>{int(memory_mib)}</currentMemory>
   <vcpu>1</vcpu>
-  <os><type arch='x86_64'>hvm</type></os>
+  <os>
+    <type arch='x86_64'>hvm</type>
+  </os>
   <on_poweroff>destroy</on_poweroff>
   <on_reboot>destroy</on_reboot>
+  <on_crash>destroy</on_crash>
   <devices>
     <controller type='scsi' index='0' model='virtio-scsi'/>
     <memballoon model='none'/>
   </devices>
 </domain>
 """
-
-
-def kvm_usable() -> bool:
-    try:
-        os.close(os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC))
-    except OSError:
-        return False
-    return True
 
 
 class Workspace:
@@ -96,7 +108,7 @@ class Workspace:
         self.conn: libvirt.virConnect | None = None
         self.guest_names: list[str] = []
         self.loop_device: str | None = None
-        self.kvm = kvm_usable()
+        self.kvm = kvm_available()
         self.closers: list[Callable[[], None]] = []
 
     def open(self, uri: str | None) -> str:
