@@ -306,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     warnings.simplefilter("ignore")  # os-brick's eventlet warnings are not for the operator
-    logging.basicConfig(level=logging.ERROR, format="virtdriver: %(message)s")
+    _quiet_logging()
     try:
         args = build_parser().parse_args(argv)
         return int(args.func(args))
@@ -319,6 +319,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _fail("interrupted")
         return 130
+
+
+class _OneLineFormatter(logging.Formatter):
+    """Log records as single lines: no tracebacks on the operator's terminal."""
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
+        return ""
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.exc_text = ""
+        return " ".join(super().format(record).split())
+
+
+def _quiet_logging() -> None:
+    """virtdriver's own errors as one line each; os-brick's and oslo's internal logging (which
+    logs whole tracebacks for a failed connect that we report as one typed error) not at all."""
+    if not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(_OneLineFormatter("virtdriver: %(message)s"))
+        logging.getLogger().addHandler(handler)
+        logging.getLogger().setLevel(logging.ERROR)
+    for noisy in ("os_brick", "oslo_concurrency", "oslo_privsep", "oslo.privsep"):
+        logging.getLogger(noisy).setLevel(logging.CRITICAL + 1)
 
 
 def exit_code(exc: VirtDriverError) -> int:

@@ -217,8 +217,21 @@ class LibvirtVolumeDriver:
                 alias: str, host: list[DiskUse], multiattach: bool, *, attach_mode: str,
                 target_dev: str | None, bus: str | None, device: str,
                 luks_secret_uuid: str | None) -> Attachment:
-        disks = [u.disk for u in state.disks]
-        has_scsi = any(kind == "scsi" for kind, _ in state.controllers)
+        # Volume locks do not stop two volumes being attached to one guest at once: choosing a
+        # free target and attaching are serialized per guest, on a fresh read of its disks.
+        with volume_lock(self.lock_dir, f"guest-{state.uuid}"):
+            fresh = self._state(dom)
+            return self._attach_locked(dom, state, fresh, info, alias, host, multiattach,
+                                       attach_mode=attach_mode, target_dev=target_dev, bus=bus,
+                                       device=device, luks_secret_uuid=luks_secret_uuid)
+
+    def _attach_locked(self, dom: libvirt.virDomain, state: DomainState, fresh: DomainState,
+                       info: dict[str, Any], alias: str, host: list[DiskUse],
+                       multiattach: bool, *, attach_mode: str, target_dev: str | None,
+                       bus: str | None, device: str,
+                       luks_secret_uuid: str | None) -> Attachment:
+        disks = [u.disk for u in fresh.disks]
+        has_scsi = any(kind == "scsi" for kind, _ in fresh.controllers)
         bus = bus or bus_for(target_dev, has_scsi)
         target_dev, unit = pick_target(disks, bus, target_dev)
         disk = build_disk(info, attach_mode=attach_mode, target_dev=target_dev, bus=bus,
@@ -265,7 +278,13 @@ class LibvirtVolumeDriver:
 
     def _undo_attach(self, dom: libvirt.virDomain, alias: str) -> None:
         """Remove whatever part of a failed attach made it into the guest."""
-        for use in self._domain_disks(dom):
+        try:
+            uses = self._domain_disks(dom)
+        except HypervisorError:
+            if _exists(dom):
+                raise
+            return  # the guest vanished (a destroyed transient guest): nothing left to undo
+        for use in uses:
             if use.alias != alias:
                 continue
             flags = libvirt.VIR_DOMAIN_AFFECT_LIVE if use.live else libvirt.VIR_DOMAIN_AFFECT_CONFIG
@@ -508,8 +527,8 @@ class LibvirtVolumeDriver:
             try:
                 dom.detachDeviceFlags(disk.to_xml(), libvirt.VIR_DOMAIN_AFFECT_LIVE)
             except libvirt.libvirtError as exc:
-                if exc.get_error_code() == libvirt.VIR_ERR_DEVICE_MISSING:
-                    return  # already gone
+                if exc.get_error_code() == libvirt.VIR_ERR_DEVICE_MISSING or not _running(dom):
+                    return  # already gone (with the guest itself, if it was stopped meanwhile)
                 raise DetachFailed(f"libvirt refused to detach {alias[3:]} from {dom.name()}",
                                    libvirt_message(exc)) from None
             result = removals.wait(uuid, alias, timeout)
@@ -517,8 +536,8 @@ class LibvirtVolumeDriver:
             removals.forget(uuid, alias)
         if result is False:
             raise DetachFailed(f"guest {dom.name()} refused to release volume {alias[3:]}")
-        if result is None and any(u.device_alias == alias and u.live
-                                  for u in self._domain_disks(dom)):
+        if result is None and _running(dom) and any(u.device_alias == alias and u.live
+                                                    for u in self._domain_disks(dom)):
             raise DetachTimeout(f"guest {dom.name()} did not release volume {alias[3:]} within "
                                 f"{timeout:g} s; it stays attached (retry the detach later)")
 
@@ -588,6 +607,25 @@ class LibvirtVolumeDriver:
 
     def close(self) -> None:
         self.connection.close()
+
+
+def _exists(dom: libvirt.virDomain) -> bool:
+    """False once libvirt no longer knows the domain (a transient guest that was destroyed)."""
+    try:
+        dom.info()
+    except libvirt.libvirtError as exc:
+        return exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN
+    return True
+
+
+def _running(dom: libvirt.virDomain) -> bool:
+    """Whether the guest still runs; a guest that is gone or shut off has no live devices."""
+    try:
+        return bool(dom.isActive())
+    except libvirt.libvirtError as exc:
+        if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+            return False
+        raise HypervisorError(f"cannot read guest {dom.name()}", libvirt_message(exc)) from None
 
 
 def _copy_info(connection_info: Mapping[str, Any]) -> dict[str, Any]:

@@ -29,12 +29,11 @@ def setup(lock_dir: Path) -> None:
     with _setup_lock:
         if _ready:
             return
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import os_brick
-            import os_brick.privileged
-            from oslo_concurrency import lockutils
-            from oslo_config import cfg
+        _import_in_own_thread()
+        import os_brick
+        import os_brick.privileged
+        from oslo_concurrency import lockutils
+        from oslo_config import cfg
 
         lock_dir.mkdir(parents=True, exist_ok=True)
         # The default only: an embedding service that configured lock_path keeps its own.
@@ -42,6 +41,36 @@ def setup(lock_dir: Path) -> None:
         os_brick.setup(cfg.CONF)
         os_brick.privileged.default.set_client_mode(False)
         _ready = True
+
+
+def _import_in_own_thread() -> None:
+    """Import os-brick (and so eventlet) in a throwaway thread, never the caller's.
+
+    eventlet's hub imports a second copy of ``threading`` (``patcher.original``); that copy makes
+    the importing thread its "main thread" and replaces the thread's end-of-life lock, so a
+    ``join()`` of that thread never returns (a ThreadPoolExecutor worker that made the first
+    attach would hang its pool's shutdown). A daemon thread nobody joins takes that hit instead.
+    """
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                import os_brick.initiator.connector  # noqa: F401
+                import os_brick.privileged  # noqa: F401
+                import oslo_concurrency.lockutils  # noqa: F401
+                import oslo_config.cfg  # noqa: F401
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            failure.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="virtdriver-os-brick-import", daemon=True).start()
+    done.wait()
+    if failure:
+        raise failure[0]
 
 
 @functools.lru_cache(maxsize=64)

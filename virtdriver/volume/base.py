@@ -21,6 +21,8 @@ sharing, cache policy for sharing, or labels: :mod:`virtdriver.policy` owns thos
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
+import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -118,10 +120,35 @@ def port_number(value: Any, where: str) -> int | None:
     return value
 
 
+_DNS_NAME = re.compile(r"[A-Za-z0-9.\-]+")  # libvirt's schema: dnsName or an IP address
+
+
 def host_name(value: Any, where: str) -> str:
-    if (not isinstance(value, str) or not value or len(value) > 255
-            or any(c.isspace() or c in "/<>'\"&\x00" for c in value)):
-        raise InvalidConnectionInfo(where, f"{show(value)} is not a host name or address")
+    if isinstance(value, str) and 0 < len(value) <= 255 and (
+            _DNS_NAME.fullmatch(value) or _is_ipv6(value)):
+        return value
+    raise InvalidConnectionInfo(where, f"{show(value)} is not a host name or address")
+
+
+def _is_ipv6(value: str) -> bool:
+    if "%" in value:  # a scope id: libvirt's schema has no room for it
+        return False
+    try:
+        ipaddress.IPv6Address(value)
+    except ValueError:
+        return False
+    return True
+
+
+_AUTH_USER = re.compile(r"[A-Za-z0-9_+\-]+")  # libvirt's schema: genericName
+
+
+def auth_username(data: Mapping[str, Any]) -> str:
+    """``data.auth_username`` as libvirt's ``<auth username=...>`` accepts it."""
+    value = required_str(data, "auth_username")
+    if not _AUTH_USER.fullmatch(value):
+        raise InvalidConnectionInfo(_where("auth_username"), f"{show(value)} is not a user name "
+                                    "libvirt accepts (letters, digits, '_', '+', '-')")
     return value
 
 

@@ -17,6 +17,7 @@ from virtdriver.volume.base import (
     DATA,
     RenderOptions,
     VolumeSource,
+    auth_username,
     optional_str,
     required_str,
     split_portal,
@@ -68,7 +69,7 @@ class ISCSIVolumeDriver(HostBlockDeviceDriver):
         source = Source(protocol="iscsi", name=f"{iqn}/{lun}",
                         hosts=[Host(name=host, port=port or ISCSI_PORT)])
         if uses_chap(data):
-            source.auth = Auth(username=required_str(data, "auth_username"),
+            source.auth = Auth(username=auth_username(data),
                                secret=Secret(type="iscsi", usage=chap_secret_usage(iqn, lun)))
         if options.initiator_iqn:
             source.initiator = Initiator(iqn=IQN(name=options.initiator_iqn))

@@ -13,6 +13,7 @@ from virtdriver.volume.base import (
     RenderOptions,
     VolumeDriver,
     VolumeSource,
+    auth_username,
     host_name,
     optional_str,
     port_number,
@@ -52,6 +53,6 @@ class RBDVolumeDriver(VolumeDriver):
             secret_type = optional_str(data, "secret_type") or "ceph"
             if secret_type != "ceph":
                 raise InvalidConnectionInfo(f"{DATA}.secret_type", f"{show(secret_type)} is not ceph")
-            source.auth = Auth(username=required_str(data, "auth_username"),
+            source.auth = Auth(username=auth_username(data),
                                secret=Secret(type="ceph", uuid=uuid))
         return VolumeSource("network", source)
