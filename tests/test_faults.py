@@ -353,6 +353,27 @@ def eject_like_a_guest_os(dom: libvirt.virDomain, volume_id: str) -> None:
                                     libvirt_qemu.VIR_DOMAIN_QEMU_MONITOR_COMMAND_HMP)
 
 
+def test_d_a_guest_stopped_while_the_detach_waits_ends_the_wait(
+        guests, volume_driver, system_conn, tmp_path) -> None:
+    """The removal event never comes from a guest that is destroyed meanwhile; its lifecycle
+    event ends the wait (the device went with the guest) instead of the full timeout."""
+    import threading
+
+    a = start_acpi_guest(system_conn, guests, "acpi")
+    info = file_volume(str(raw_file(tmp_path)), multiattach=False)
+    vid = info["data"]["volume_id"]
+    volume_driver.attach_volume(info, a.name(), bus="virtio")
+    stopper = threading.Timer(1.0, a.destroy)
+    stopper.start()
+    started = time.monotonic()
+    volume_driver.detach_volume(a.name(), vid, timeout=60)
+    waited = time.monotonic() - started
+    stopper.join()
+    assert waited < 30, f"the detach waited {waited:.0f} s for a guest that was gone"
+    assert not in_definition(a, vid)
+    assert volume_driver.host.connected() == []
+
+
 def test_d_a_guest_that_does_not_release_keeps_the_attachment_until_it_does(
         guests, volume_driver, system_conn, tmp_path) -> None:
     """An ACPI guest's virtio disk is unplugged only when the guest OS confirms it, which this

@@ -52,6 +52,8 @@ LOG = logging.getLogger(__name__)
 
 DEFAULT_STATE_DIR = Path("/var/lib/virtdriver")
 REMOTEFS_PROTOCOLS = ("NFS", "GLUSTERFS", "QUOBYTE", "VZSTORAGE")
+# libvirt's words when QEMU went away under a running call (the guest is being destroyed).
+MONITOR_CLOSED = "End of file from qemu monitor"
 ALIAS_PREFIX = "ua-"
 # libvirt >= 3.10 passes share-rw=on for <shareable/> disks; QEMU >= 2.10 has share-rw.
 MIN_LIBVIRT_SHARE_RW = 3_010_000
@@ -529,6 +531,9 @@ class LibvirtVolumeDriver:
             except libvirt.libvirtError as exc:
                 if exc.get_error_code() == libvirt.VIR_ERR_DEVICE_MISSING or not _running(dom):
                     return  # already gone (with the guest itself, if it was stopped meanwhile)
+                if (MONITOR_CLOSED in libvirt_message(exc)
+                        and removals.wait(uuid, alias, timeout) is not None):
+                    return  # the guest was being destroyed: its stop event ended the wait
                 raise DetachFailed(f"libvirt refused to detach {alias[3:]} from {dom.name()}",
                                    libvirt_message(exc)) from None
             result = removals.wait(uuid, alias, timeout)

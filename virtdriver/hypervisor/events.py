@@ -62,6 +62,8 @@ class DomainEvents:
                                     self._removal_failed, None)
         conn.domainEventRegisterAny(None, libvirt.VIR_DOMAIN_EVENT_ID_BLOCK_JOB_2,
                                     self._block_job, None)
+        conn.domainEventRegisterAny(None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE,
+                                    self._lifecycle, None)
 
     # ---- device removal --------------------------------------------------------------------
 
@@ -123,6 +125,18 @@ class DomainEvents:
     def _removal_failed(self, conn: libvirt.virConnect, dom: libvirt.virDomain, alias: str,
                         opaque: object) -> None:
         self._signal((dom.UUIDString(), "device", alias), REMOVAL_FAILED)
+
+    def _lifecycle(self, conn: libvirt.virConnect, dom: libvirt.virDomain, event: int,
+                   detail: int, opaque: object) -> None:
+        """A guest that stopped has no live devices and no block jobs left: wake its waiters."""
+        if event not in (libvirt.VIR_DOMAIN_EVENT_STOPPED, libvirt.VIR_DOMAIN_EVENT_UNDEFINED):
+            return
+        uuid = dom.UUIDString()
+        with self._lock:
+            keys = [key for key in self._waiters if key[0] == uuid]
+        for key in keys:
+            self._signal(key, REMOVED if key[1] == "device"
+                         else libvirt.VIR_DOMAIN_BLOCK_JOB_FAILED)
 
     def _block_job(self, conn: libvirt.virConnect, dom: libvirt.virDomain, target: str,
                    job_type: int, status: int, opaque: object) -> None:
