@@ -96,14 +96,14 @@ def _open(driver: LibvirtVolumeDriver, checks: list[Check]) -> Any:
 
 def hypervisor_checks(driver: LibvirtVolumeDriver, facts: dict[str, Any]) -> list[Check]:
     """libvirt's and QEMU's versions and whether a shareable disk gets ``share-rw=on``."""
-    from virtdriver.driver import MIN_LIBVIRT_SHARE_RW, MIN_QEMU_SHARE_RW
+    from virtdriver.driver import MIN_LIBVIRT_SHARE_RW, MIN_QEMU_SHARE_RW, version_string
 
     try:
         caps = driver.capabilities()
     except VirtDriverError as exc:
         return [Check("hypervisor", "libvirt", "fail", f"cannot read capabilities: {exc}")]
     facts["capabilities"] = caps
-    libvirt_min, qemu_min = _version(MIN_LIBVIRT_SHARE_RW), _version(MIN_QEMU_SHARE_RW)
+    libvirt_min, qemu_min = version_string(MIN_LIBVIRT_SHARE_RW), version_string(MIN_QEMU_SHARE_RW)
     libvirt_ok = _at_least(caps["libvirt_version"], libvirt_min)
     qemu_ok = _at_least(caps["qemu_version"], qemu_min)
     checks = [
@@ -124,11 +124,6 @@ def hypervisor_checks(driver: LibvirtVolumeDriver, facts: dict[str, Any]) -> lis
         checks.append(Check("hypervisor", "multiattach", "fail",
                             f"{why}: a second guest cannot open a volume another guest holds"))
     return checks
-
-
-def _version(number: int) -> str:
-    """libvirt's version numbers: major * 1,000,000 + minor * 1,000 + micro."""
-    return f"{number // 1_000_000}.{number // 1000 % 1000}.{number % 1000}"
 
 
 def _at_least(version: str, minimum: str) -> bool:

@@ -22,6 +22,7 @@ from typing import Any
 import libvirt
 
 from virtdriver.config import Disk
+from virtdriver.config.model import parse_xml
 from virtdriver.errors import (
     AttachFailed,
     DetachFailed,
@@ -162,8 +163,8 @@ class LibvirtVolumeDriver:
         multiattach = (libvirt_version >= MIN_LIBVIRT_SHARE_RW
                        and qemu_version >= MIN_QEMU_SHARE_RW and share_rw)
         return {
-            "libvirt_version": _version(libvirt_version),
-            "qemu_version": _version(qemu_version),
+            "libvirt_version": version_string(libvirt_version),
+            "qemu_version": version_string(qemu_version),
             "emulator": emulator,
             "qemu_share_rw": share_rw,
             "supports_multiattach": multiattach,
@@ -659,23 +660,18 @@ def _lock_name(vid: str) -> str:
     return vid
 
 
-def _version(number: int) -> str:
+def version_string(number: int) -> str:
+    """libvirt's version numbers (major * 1,000,000 + minor * 1,000 + micro) as text."""
     return f"{number // 1_000_000}.{number // 1000 % 1000}.{number % 1000}"
 
 
 def _emulator(conn: libvirt.virConnect) -> str | None:
+    """The QEMU binary libvirt uses by default, from its domain capabilities."""
     try:
-        caps = DomainCapsReader(conn.getDomainCapabilities(None, None, None, None, 0))
+        xml = conn.getDomainCapabilities(None, None, None, None, 0)
     except libvirt.libvirtError:
         return None
-    return caps.emulator
-
-
-class DomainCapsReader:
-    def __init__(self, xml: str) -> None:
-        from virtdriver.config.model import parse_xml
-
-        self.emulator = parse_xml(xml).findtext("path")
+    return parse_xml(xml).findtext("path")
 
 
 @functools.cache
