@@ -223,7 +223,7 @@ class LibvirtVolumeDriver:
         # Volume locks do not stop two volumes being attached to one guest at once: choosing a
         # free target and attaching are serialized per guest, on a fresh read of its disks.
         with volume_lock(self.lock_dir, f"guest-{state.uuid}"):
-            fresh = self._state(dom)
+            fresh = self._state(dom, state)
             return self._attach_locked(dom, state, fresh, info, alias, host, multiattach,
                                        attach_mode=attach_mode, target_dev=target_dev, bus=bus,
                                        device=device, luks_secret_uuid=luks_secret_uuid)
@@ -596,8 +596,11 @@ class LibvirtVolumeDriver:
         except libvirt.libvirtError as exc:
             raise HypervisorError("cannot read the host's guests", libvirt_message(exc)) from None
 
-    def _state(self, dom: libvirt.virDomain) -> DomainState:
+    def _state(self, dom: libvirt.virDomain, known: DomainState | None = None) -> DomainState:
+        """A fresh read of one guest (``known``: its running/persistent flags, already read)."""
         try:
+            if known is not None:
+                return DomainState.read(dom, known.active, known.persistent)
             return DomainState.read(dom)
         except libvirt.libvirtError as exc:
             raise HypervisorError(f"cannot read guest {dom.name()}", libvirt_message(exc)) from None
