@@ -47,8 +47,6 @@ import subprocess
 import tempfile
 import threading
 import time
-import urllib.parse
-import uuid
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Callable
@@ -56,7 +54,17 @@ from typing import Any, Callable
 import libvirt
 import libvirt_qemu
 
-from virtdriver.demo import guest_xml, kvm_available
+from virtdriver.guestio import (
+    QemuIoError,
+    ReadOnlyWrite,
+    domain_log_path,
+    embed_root_of,
+    guest_xml,
+    kvm_available,
+    qemu_io,
+    read_pattern,
+    write_pattern,
+)
 
 __all__ = [
     "BlockInfo",
@@ -151,15 +159,6 @@ def open_connection(uri: str = SYSTEM_URI, *, quiet: bool = True) -> libvirt.vir
 
 def embed_uri(root: str | os.PathLike[str]) -> str:
     return f"qemu:///embed?root={os.fspath(root)}"
-
-
-def embed_root_of(uri: str) -> Path | None:
-    """The root directory of a ``qemu:///embed?root=DIR`` URI, else None."""
-    parsed = urllib.parse.urlsplit(uri)
-    if parsed.scheme != "qemu" or parsed.path != "/embed":
-        return None
-    roots = urllib.parse.parse_qs(parsed.query).get("root")
-    return Path(roots[0]) if roots else None
 
 
 def prepare_embed_root(root: str | os.PathLike[str]) -> str:
@@ -451,178 +450,6 @@ def detach_and_wait(
     dom.detachDeviceFlags(device_xml, flags)
     events.wait_removed(dom, alias, timeout)
     return time.monotonic() - started
-
-
-# --------------------------------------------------------------------------
-# qemu-io through the monitor
-# --------------------------------------------------------------------------
-
-
-class QemuIoError(RuntimeError):
-    """qemu-io did not produce the expected result; ``output`` holds what it said."""
-
-    def __init__(self, message: str, output: str) -> None:
-        super().__init__(f"{message}: {output!r}")
-        self.output = output
-
-
-class ReadOnlyWrite(QemuIoError):
-    """A write was refused: ``Block node is read-only``."""
-
-
-_LIBVIRT_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+[+-]\d{4}: ")
-_qemu_io_lock = threading.Lock()
-
-
-def domain_log_path(dom: libvirt.virDomain) -> Path:
-    """Where QEMU's stdout/stderr for ``dom`` goes.
-
-    ``qemu:///system``: ``/var/log/libvirt/qemu/NAME.log``;
-    ``qemu:///embed?root=R``: ``R/log/qemu/NAME.log``.
-    """
-    uri = dom.connect().getURI()
-    root = embed_root_of(uri)
-    if root is not None:
-        return root / "log" / "qemu" / f"{dom.name()}.log"
-    if uri.startswith("qemu:///session"):
-        cache = os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache"))
-        return Path(cache, "libvirt", "qemu", "log", f"{dom.name()}.log")
-    return Path("/var/log/libvirt/qemu", f"{dom.name()}.log")
-
-
-def _log_size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
-
-
-def _hmp(dom: libvirt.virDomain, command: str) -> str:
-    reply = libvirt_qemu.qemuMonitorCommand(
-        dom, command, libvirt_qemu.VIR_DOMAIN_QEMU_MONITOR_COMMAND_HMP
-    )
-    return reply.replace("\r\n", "\n").strip()
-
-
-def qemu_io(
-    dom: libvirt.virDomain,
-    device: str,
-    command: str,
-    *,
-    node: bool = False,
-    timeout: float = 10.0,
-) -> str:
-    """Run ``qemu-io -d <device> "<command>"`` in ``dom``'s QEMU; return its output.
-
-    ``device`` is the qdev id, i.e. the libvirt alias (``ua-test1``); with
-    ``node=True`` it is a block node name (``libvirt-1-format``) and ``-d``
-    is left out.
-
-    QEMU 7.2 prints qemu-io's output on its stdout (the domain log) and
-    returns an empty HMP reply, while early errors come back in the reply.
-    To find the end of the output in the log, an unknown qemu-io command
-    with a unique name is sent afterwards as a marker; its ``command "..."
-    not found`` line closes the output.  The result is the reply followed by
-    the log lines in between (libvirt's own timestamped log lines removed).
-    """
-    if '"' in command or "\n" in command:
-        raise ValueError(f"qemu-io command may not contain quotes/newlines: {command!r}")
-    if not re.fullmatch(r"[A-Za-z0-9_.#:/-]+", device):
-        raise ValueError(f"unsafe device name: {device!r}")
-    target = device if node else f"-d {device}"
-    log_path = domain_log_path(dom)
-    marker = f"vdtest-marker-{uuid.uuid4().hex}"
-    with _qemu_io_lock:
-        offset = _log_size(log_path)
-        reply = _hmp(dom, f'qemu-io {target} "{command}"')
-        marker_reply = _hmp(dom, f'qemu-io {target} "{marker}"')
-        if marker in marker_reply:
-            # This QEMU answers qemu-io output on the monitor: nothing in the log.
-            return reply
-        if marker_reply:
-            # The marker itself failed before qemu-io ran (device gone etc.).
-            return reply
-        logged = _read_log_until(log_path, offset, marker, timeout)
-    parts = [reply] if reply else []
-    parts += [ln for ln in logged if not _LIBVIRT_LOG_LINE.match(ln)]
-    return "\n".join(parts).strip()
-
-
-def _read_log_until(path: Path, offset: int, marker: str, timeout: float) -> list[str]:
-    """Lines appended to ``path`` after ``offset`` up to the marker line."""
-    deadline = time.monotonic() + timeout
-    delay = 0.002
-    while True:
-        try:
-            with open(path, "rb") as fh:
-                if os.fstat(fh.fileno()).st_size < offset:
-                    offset = 0  # truncated/rotated
-                fh.seek(offset)
-                text = fh.read().decode("utf-8", errors="replace")
-        except FileNotFoundError:
-            text = ""
-        lines = text.splitlines()
-        for i, line in enumerate(lines):
-            if marker in line:
-                return lines[:i]
-        if time.monotonic() >= deadline:
-            raise TimeoutError(
-                f"qemu-io marker did not appear in {path} within {timeout}s; "
-                f"new log text: {text!r}"
-            )
-        time.sleep(delay)
-        delay = min(delay * 2, 0.05)
-
-
-def write_pattern(
-    dom: libvirt.virDomain,
-    device: str,
-    pattern: int,
-    offset: int = 0,
-    length: int = 4096,
-    *,
-    node: bool = False,
-) -> str:
-    """Write ``length`` bytes of ``pattern`` at ``offset`` through the guest's backend.
-
-    Raises :class:`ReadOnlyWrite` if QEMU refuses (``Block node is
-    read-only``) and :class:`QemuIoError` for any other failure; returns the
-    qemu-io output.
-    """
-    if not 0 <= pattern <= 0xFF:
-        raise ValueError("pattern must be a byte value")
-    out = qemu_io(
-        dom, device, f"write -P {pattern:#04x} {offset} {length}", node=node
-    )
-    if "Block node is read-only" in out:
-        raise ReadOnlyWrite("write refused", out)
-    if f"wrote {length}/{length} bytes at offset {offset}" not in out:
-        raise QemuIoError("write failed", out)
-    return out
-
-
-def read_pattern(
-    dom: libvirt.virDomain,
-    device: str,
-    pattern: int,
-    offset: int = 0,
-    length: int = 4096,
-    *,
-    node: bool = False,
-) -> bool:
-    """True if ``length`` bytes at ``offset`` all equal ``pattern``.
-
-    False on ``Pattern verification failed``; :class:`QemuIoError` if the
-    read itself failed.
-    """
-    if not 0 <= pattern <= 0xFF:
-        raise ValueError("pattern must be a byte value")
-    out = qemu_io(dom, device, f"read -P {pattern:#04x} {offset} {length}", node=node)
-    if "Pattern verification failed" in out:
-        return False
-    if f"read {length}/{length} bytes at offset {offset}" not in out:
-        raise QemuIoError("read failed", out)
-    return True
 
 
 # --------------------------------------------------------------------------

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import libvirt
 import pytest
 
 from tests.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern

@@ -7,7 +7,7 @@ import subprocess
 import libvirt
 import pytest
 
-from tests.guests import LoopDevice, ReadOnlyWrite, block_info, read_pattern, write_pattern
+from tests.guests import LoopDevice, block_info, read_pattern, write_pattern
 from virtdriver.errors import (
     AttachFailed,
     ExtendRefused,

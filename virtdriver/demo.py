@@ -41,9 +41,16 @@ from typing import Any
 os.environ.setdefault("LIBVIRT_LOG_OUTPUTS", "4:file:/dev/null")
 
 import libvirt  # noqa: E402
-import libvirt_qemu  # noqa: E402
 
 from virtdriver.errors import VirtDriverError, VolumeInUse  # noqa: E402
+from virtdriver.guestio import (  # noqa: E402
+    QemuIoError,
+    ReadOnlyWrite,
+    guest_xml,
+    kvm_available,
+    read_pattern,
+    write_pattern,
+)
 from virtdriver.hypervisor.events import ensure_event_loop  # noqa: E402
 
 SYSTEM_URI = "qemu:///system"
@@ -61,43 +68,6 @@ class DemoFailed(Exception):
 
 
 # ---- guests -------------------------------------------------------------------------------------
-
-
-def kvm_available() -> bool:
-    """True when ``/dev/kvm`` exists and this process can open it read-write."""
-    try:
-        fd = os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return False
-    os.close(fd)
-    return True
-
-
-def guest_xml(name: str, *, kvm: bool, memory_mib: int = 128) -> str:
-    """XML of an OS-less guest with one virtio-scsi controller (index 0).
-
-    ``kvm`` selects ``<domain type='kvm'>``; otherwise TCG (``type='qemu'``).
-    """
-    if not re.fullmatch(r"[A-Za-z0-9_.+-]+", name):
-        raise ValueError(f"unsafe domain name: {name!r}")
-    dom_type = "kvm" if kvm else "qemu"
-    return f"""<domain type='{dom_type}'>
-  <name>{name}</name>
-  <memory unit='MiB'>{int(memory_mib)}</memory>
-  <currentMemory unit='MiB'>{int(memory_mib)}</currentMemory>
-  <vcpu>1</vcpu>
-  <os>
-    <type arch='x86_64'>hvm</type>
-  </os>
-  <on_poweroff>destroy</on_poweroff>
-  <on_reboot>destroy</on_reboot>
-  <on_crash>destroy</on_crash>
-  <devices>
-    <controller type='scsi' index='0' model='virtio-scsi'/>
-    <memballoon model='none'/>
-  </devices>
-</domain>
-"""
 
 
 class Workspace:
@@ -214,65 +184,6 @@ class Workspace:
         return problems
 
 
-# ---- qemu-io through the guest's monitor --------------------------------------------------------
-
-_LIBVIRT_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+[+-]\d{4}: ")
-
-
-def domain_log(dom: libvirt.virDomain) -> Path:
-    uri = dom.connect().getURI()
-    match = re.match(r"qemu:///embed\?root=(.+)$", uri)
-    base = Path(match.group(1), "log", "qemu") if match else Path("/var/log/libvirt/qemu")
-    return base / f"{dom.name()}.log"
-
-
-def _hmp(dom: libvirt.virDomain, command: str) -> str:
-    reply = libvirt_qemu.qemuMonitorCommand(dom, command,
-                                            libvirt_qemu.VIR_DOMAIN_QEMU_MONITOR_COMMAND_HMP)
-    return reply.replace("\r\n", "\n").strip()
-
-
-def qemu_io(dom: libvirt.virDomain, alias: str, command: str, timeout: float = 10.0) -> str:
-    """``qemu-io -d ALIAS "COMMAND"`` in the guest's QEMU; returns what qemu-io said.
-
-    Early errors (``Block node is read-only``) come back on the monitor; qemu-io's own output goes
-    to QEMU's stdout, the domain log. A second, unknown command with a unique name marks where
-    that output ends in the log.
-    """
-    log = domain_log(dom)
-    offset = log.stat().st_size if log.exists() else 0
-    marker = f"vddemo-{uuid.uuid4().hex}"
-    reply = _hmp(dom, f'qemu-io -d {alias} "{command}"')
-    marker_reply = _hmp(dom, f'qemu-io -d {alias} "{marker}"')
-    if marker_reply:  # answered on the monitor (other QEMU builds), or failed early
-        return reply
-    deadline = time.monotonic() + timeout
-    while True:
-        with contextlib.suppress(FileNotFoundError), open(log, "rb") as fh:
-            fh.seek(offset)
-            lines = fh.read().decode("utf-8", "replace").splitlines()
-            for i, line in enumerate(lines):
-                if marker in line:
-                    said = [reply] + [ln for ln in lines[:i] if not _LIBVIRT_LOG_LINE.match(ln)]
-                    return "\n".join(s for s in said if s).strip()
-        if time.monotonic() > deadline:
-            raise DemoFailed(f"qemu-io output did not appear in {log}")
-        time.sleep(0.01)
-
-
-def write(dom: libvirt.virDomain, alias: str, pattern: int, length: int = 4096) -> str:
-    return qemu_io(dom, alias, f"write -P {pattern:#04x} 0 {length}")
-
-
-def read_back(dom: libvirt.virDomain, alias: str, pattern: int, length: int = 4096) -> bool:
-    out = qemu_io(dom, alias, f"read -P {pattern:#04x} 0 {length}")
-    if "Pattern verification failed" in out:
-        return False
-    if f"read {length}/{length} bytes" not in out:
-        raise DemoFailed(f"{dom.name()} could not read the volume: {out!r}")
-    return True
-
-
 # ---- the story ----------------------------------------------------------------------------------
 
 
@@ -343,16 +254,18 @@ def run(story: Story, ws: Workspace, uri: str | None) -> None:
         story.say(f"   {line}")
 
     story.next(f"{a.name()} writes 4 KiB of {PATTERN:#04x} through its own disk")
-    out = write(a, alias, PATTERN)
-    story.expect("wrote 4096/4096 bytes" in out, f"the write failed: {out!r}")
+    out = write_pattern(a, alias, PATTERN)
     story.result(out.splitlines()[0])
-    story.expect(read_back(b, alias, PATTERN), f"{b.name()} did not see the data")
+    story.expect(read_pattern(b, alias, PATTERN), f"{b.name()} did not see the data")
     story.result(f"{b.name()} reads the same bytes back: pattern {PATTERN:#04x} verified")
 
     story.next(f"{b.name()} tries to write to its read-only attachment")
-    out = write(b, alias, 0x01)
-    story.expect("read-only" in out, f"the read-only write was not refused: {out!r}")
-    story.result(f"refused by QEMU: {out.splitlines()[0]}")
+    try:
+        out = write_pattern(b, alias, 0x01)
+    except ReadOnlyWrite as refused:
+        story.result(f"refused by QEMU: {refused.output.splitlines()[0]}")
+    else:
+        story.expect(False, f"the read-only write was not refused: {out!r}")
 
     story.next(f"{b.name()} asks for the same device as another volume that is not multiattach")
     other = str(uuid.uuid4())
@@ -368,7 +281,7 @@ def run(story: Story, ws: Workspace, uri: str | None) -> None:
     driver.detach_volume(a.name(), vid)
     story.expect(driver.host.connected() == [vid], "the host connection should be kept")
     story.result(f"host connection kept: {b.name()} still uses the volume")
-    story.expect(read_back(b, alias, PATTERN), f"{b.name()} lost the data")
+    story.expect(read_pattern(b, alias, PATTERN), f"{b.name()} lost the data")
     story.result(f"{b.name()} still reads {PATTERN:#04x}")
 
     story.next(f"Detach from {b.name()}, the last user on this host")
@@ -405,7 +318,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ndemo: interrupted", file=sys.stderr)
         status = 130
-    except (DemoFailed, VirtDriverError, libvirt.libvirtError, subprocess.CalledProcessError,
+    except (DemoFailed, QemuIoError, VirtDriverError, libvirt.libvirtError,
+            subprocess.CalledProcessError,
             OSError) as exc:
         print(f"\ndemo: error: {' '.join(str(exc).split())}", file=sys.stderr)
         status = 1

@@ -1,0 +1,237 @@
+"""Looking into guests without a guest OS: OS-less guest XML, and qemu-io through the monitor.
+
+Used by the demo and the tests. ``qemu-io -d <alias>`` (HMP) reads and writes through the
+guest's own block backend, so it shows exactly what the guest would see: a pattern written by
+one guest read by another, a write refused on a read-only attachment (``Block node is
+read-only``). Early errors come back on the monitor; qemu-io's own output goes to QEMU's stdout,
+the domain log, and is read from there up to a unique end marker (nothing signals it: the log
+is polled, with a deadline).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+import urllib.parse
+import uuid
+from pathlib import Path
+
+import libvirt
+import libvirt_qemu
+
+
+def kvm_available() -> bool:
+    """True when ``/dev/kvm`` exists and this process can open it read-write."""
+    try:
+        fd = os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
+
+
+def guest_xml(name: str, *, kvm: bool, memory_mib: int = 128) -> str:
+    """XML of an OS-less guest with one virtio-scsi controller (index 0).
+
+    ``kvm`` selects ``<domain type='kvm'>``; otherwise TCG (``type='qemu'``).
+    """
+    if not re.fullmatch(r"[A-Za-z0-9_.+-]+", name):
+        raise ValueError(f"unsafe domain name: {name!r}")
+    dom_type = "kvm" if kvm else "qemu"
+    return f"""<domain type='{dom_type}'>
+  <name>{name}</name>
+  <memory unit='MiB'>{int(memory_mib)}</memory>
+  <currentMemory unit='MiB'>{int(memory_mib)}</currentMemory>
+  <vcpu>1</vcpu>
+  <os>
+    <type arch='x86_64'>hvm</type>
+  </os>
+  <on_poweroff>destroy</on_poweroff>
+  <on_reboot>destroy</on_reboot>
+  <on_crash>destroy</on_crash>
+  <devices>
+    <controller type='scsi' index='0' model='virtio-scsi'/>
+    <memballoon model='none'/>
+  </devices>
+</domain>
+"""
+
+
+def embed_root_of(uri: str) -> Path | None:
+    """The root directory of a ``qemu:///embed?root=DIR`` URI, else None."""
+    parsed = urllib.parse.urlsplit(uri)
+    if parsed.scheme != "qemu" or parsed.path != "/embed":
+        return None
+    roots = urllib.parse.parse_qs(parsed.query).get("root")
+    return Path(roots[0]) if roots else None
+
+
+
+
+class QemuIoError(RuntimeError):
+    """qemu-io did not produce the expected result; ``output`` holds what it said."""
+
+    def __init__(self, message: str, output: str) -> None:
+        super().__init__(f"{message}: {output!r}")
+        self.output = output
+
+
+class ReadOnlyWrite(QemuIoError):
+    """A write was refused: ``Block node is read-only``."""
+
+
+_LIBVIRT_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+[+-]\d{4}: ")
+_qemu_io_lock = threading.Lock()
+
+
+def domain_log_path(dom: libvirt.virDomain) -> Path:
+    """Where QEMU's stdout/stderr for ``dom`` goes.
+
+    ``qemu:///system``: ``/var/log/libvirt/qemu/NAME.log``;
+    ``qemu:///embed?root=R``: ``R/log/qemu/NAME.log``.
+    """
+    uri = dom.connect().getURI()
+    root = embed_root_of(uri)
+    if root is not None:
+        return root / "log" / "qemu" / f"{dom.name()}.log"
+    if uri.startswith("qemu:///session"):
+        cache = os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache"))
+        return Path(cache, "libvirt", "qemu", "log", f"{dom.name()}.log")
+    return Path("/var/log/libvirt/qemu", f"{dom.name()}.log")
+
+
+def _log_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _hmp(dom: libvirt.virDomain, command: str) -> str:
+    reply = libvirt_qemu.qemuMonitorCommand(
+        dom, command, libvirt_qemu.VIR_DOMAIN_QEMU_MONITOR_COMMAND_HMP
+    )
+    return reply.replace("\r\n", "\n").strip()
+
+
+def qemu_io(
+    dom: libvirt.virDomain,
+    device: str,
+    command: str,
+    *,
+    node: bool = False,
+    timeout: float = 10.0,
+) -> str:
+    """Run ``qemu-io -d <device> "<command>"`` in ``dom``'s QEMU; return its output.
+
+    ``device`` is the qdev id, i.e. the libvirt alias (``ua-test1``); with
+    ``node=True`` it is a block node name (``libvirt-1-format``) and ``-d``
+    is left out.
+
+    QEMU 7.2 prints qemu-io's output on its stdout (the domain log) and
+    returns an empty HMP reply, while early errors come back in the reply.
+    To find the end of the output in the log, an unknown qemu-io command
+    with a unique name is sent afterwards as a marker; its ``command "..."
+    not found`` line closes the output.  The result is the reply followed by
+    the log lines in between (libvirt's own timestamped log lines removed).
+    """
+    if '"' in command or "\n" in command:
+        raise ValueError(f"qemu-io command may not contain quotes/newlines: {command!r}")
+    if not re.fullmatch(r"[A-Za-z0-9_.#:/-]+", device):
+        raise ValueError(f"unsafe device name: {device!r}")
+    target = device if node else f"-d {device}"
+    log_path = domain_log_path(dom)
+    marker = f"vdtest-marker-{uuid.uuid4().hex}"
+    with _qemu_io_lock:
+        offset = _log_size(log_path)
+        reply = _hmp(dom, f'qemu-io {target} "{command}"')
+        marker_reply = _hmp(dom, f'qemu-io {target} "{marker}"')
+        if marker in marker_reply:
+            # This QEMU answers qemu-io output on the monitor: nothing in the log.
+            return reply
+        if marker_reply:
+            # The marker itself failed before qemu-io ran (device gone etc.).
+            return reply
+        logged = _read_log_until(log_path, offset, marker, timeout)
+    parts = [reply] if reply else []
+    parts += [ln for ln in logged if not _LIBVIRT_LOG_LINE.match(ln)]
+    return "\n".join(parts).strip()
+
+
+def _read_log_until(path: Path, offset: int, marker: str, timeout: float) -> list[str]:
+    """Lines appended to ``path`` after ``offset`` up to the marker line."""
+    deadline = time.monotonic() + timeout
+    delay = 0.002
+    while True:
+        try:
+            with open(path, "rb") as fh:
+                if os.fstat(fh.fileno()).st_size < offset:
+                    offset = 0  # truncated/rotated
+                fh.seek(offset)
+                text = fh.read().decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            text = ""
+        lines = text.splitlines()
+        for i, line in enumerate(lines):
+            if marker in line:
+                return lines[:i]
+        if time.monotonic() >= deadline:
+            raise TimeoutError(
+                f"qemu-io marker did not appear in {path} within {timeout}s; "
+                f"new log text: {text!r}"
+            )
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
+def write_pattern(
+    dom: libvirt.virDomain,
+    device: str,
+    pattern: int,
+    offset: int = 0,
+    length: int = 4096,
+    *,
+    node: bool = False,
+) -> str:
+    """Write ``length`` bytes of ``pattern`` at ``offset`` through the guest's backend.
+
+    Raises :class:`ReadOnlyWrite` if QEMU refuses (``Block node is
+    read-only``) and :class:`QemuIoError` for any other failure; returns the
+    qemu-io output.
+    """
+    if not 0 <= pattern <= 0xFF:
+        raise ValueError("pattern must be a byte value")
+    out = qemu_io(
+        dom, device, f"write -P {pattern:#04x} {offset} {length}", node=node
+    )
+    if "Block node is read-only" in out:
+        raise ReadOnlyWrite("write refused", out)
+    if f"wrote {length}/{length} bytes at offset {offset}" not in out:
+        raise QemuIoError("write failed", out)
+    return out
+
+
+def read_pattern(
+    dom: libvirt.virDomain,
+    device: str,
+    pattern: int,
+    offset: int = 0,
+    length: int = 4096,
+    *,
+    node: bool = False,
+) -> bool:
+    """True if ``length`` bytes at ``offset`` all equal ``pattern``.
+
+    False on ``Pattern verification failed``; :class:`QemuIoError` if the
+    read itself failed.
+    """
+    if not 0 <= pattern <= 0xFF:
+        raise ValueError("pattern must be a byte value")
+    out = qemu_io(dom, device, f"read -P {pattern:#04x} {offset} {length}", node=node)
+    if "Pattern verification failed" in out:
+        return False
+    if f"read {length}/{length} bytes at offset {offset}" not in out:
+        raise QemuIoError("read failed", out)
+    return True
