@@ -220,7 +220,7 @@ def test_b_a_refused_live_attach_is_undone(case: str, guests, volume_driver, sys
         volume_driver.attach_volume(info, a.name(), **kwargs)
     message = str(caught.value)
     if case == "target-in-use":
-        assert "device sda is already in use" in message
+        assert f"device sda is already in use in {a.name()}" in message
     else:
         assert vid in message and a.name() in message
         assert caught.value.libvirt_message, "libvirt's own words are kept"

@@ -236,7 +236,7 @@ class LibvirtVolumeDriver:
         disks = [u.disk for u in fresh.disks]
         has_scsi = any(kind == "scsi" for kind, _ in fresh.controllers)
         bus = bus or bus_for(target_dev, has_scsi)
-        target_dev, unit = pick_target(disks, bus, target_dev)
+        target_dev, unit = pick_target(disks, bus, target_dev, state.name)
         disk = build_disk(info, attach_mode=attach_mode, target_dev=target_dev, bus=bus,
                           device=device, scsi_unit=unit, luks_secret_uuid=luks_secret_uuid,
                           mount_base=self.mount_base, label_policy=self.label_policy,

@@ -26,7 +26,8 @@ def bus_for(target_dev: str | None, has_scsi_controller: bool) -> str:
     return "scsi" if has_scsi_controller else "virtio"
 
 
-def pick_target(disks: list[Disk], bus: str, target_dev: str | None) -> tuple[str, int | None]:
+def pick_target(disks: list[Disk], bus: str, target_dev: str | None,
+                guest: str = "the guest") -> tuple[str, int | None]:
     """A free device name on ``bus`` (or ``target_dev`` if free) and, for SCSI, a free unit.
 
     Every SCSI disk gets an explicit drive address: from ``sdh`` on libvirt would otherwise try
@@ -36,7 +37,7 @@ def pick_target(disks: list[Disk], bus: str, target_dev: str | None) -> tuple[st
     if target_dev is None:
         target_dev = next(n for n in device_names(BUS_PREFIX[bus]) if n not in used)
     elif target_dev in used:
-        raise AttachFailed(f"device {target_dev} is already in use in the guest")
+        raise AttachFailed(f"device {target_dev} is already in use in {guest}")
     if bus != "scsi":
         return target_dev, None
     units = {int(d.address.unit) for d in disks
@@ -45,5 +46,5 @@ def pick_target(disks: list[Disk], bus: str, target_dev: str | None) -> tuple[st
              and d.target is not None and d.target.bus == "scsi"}
     unit = next((u for u in range(MAX_SCSI_UNIT + 1) if u not in units), None)
     if unit is None:
-        raise AttachFailed("no free unit on SCSI controller 0")
+        raise AttachFailed(f"no free unit on SCSI controller 0 of {guest}")
     return target_dev, unit
