@@ -92,3 +92,29 @@ def test_an_interrupted_demo_still_cleans_up() -> None:
     assert not (workspaces() - before)
     assert loop_devices_over(mine) == []
     assert qemus_under(mine) == []
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_an_interrupt_swallowed_by_a_callback_still_stops_the_story(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Python drops an exception raised in a weakref or __del__ callback; the signal is not lost."""
+    import gc
+    import weakref
+
+    from virtdriver import demo
+
+    monkeypatch.setattr(demo, "_signals_seen", [])
+
+    class Doomed:
+        pass
+
+    obj = Doomed()
+    ref = weakref.ref(obj, lambda _ref: demo._interrupted(signal.SIGINT, None))
+    del obj
+    gc.collect()  # the handler runs inside the callback and its KeyboardInterrupt is ignored
+    assert ref() is None
+    assert demo._signals_seen == [signal.SIGINT]
+    story = demo.Story()
+    with pytest.raises(KeyboardInterrupt):
+        story.next("the step after the interrupt")
+    assert "the step after" not in capsys.readouterr().out

@@ -193,6 +193,7 @@ class Story:
         self.step = 0
 
     def say(self, text: str) -> None:
+        _stop_if_interrupted()
         print(text, flush=True)
 
     def next(self, text: str) -> None:
@@ -293,8 +294,19 @@ def run(story: Story, ws: Workspace, uri: str | None) -> None:
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+# A signal handler's exception can land inside a garbage-collector or weakref callback, where
+# Python prints and drops it; remembering the signal lets the next step of the story stop anyway.
+_signals_seen: list[int] = []
+
+
 def _interrupted(signum: int, frame: FrameType | None) -> None:
+    _signals_seen.append(signum)
     raise KeyboardInterrupt
+
+
+def _stop_if_interrupted() -> None:
+    if _signals_seen:
+        raise KeyboardInterrupt
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -315,6 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = 0
     try:
         run(story, ws, args.uri)
+        _stop_if_interrupted()
     except KeyboardInterrupt:
         print("\ndemo: interrupted", file=sys.stderr)
         status = 130
