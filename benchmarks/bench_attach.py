@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import libvirt
@@ -30,9 +31,20 @@ from virtdriver import LibvirtVolumeDriver, build_disk  # noqa: E402
 FLAGS = libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_AFFECT_CONFIG
 
 
+def timed(settle: float, call: Callable[..., object], *args: object) -> float:
+    """Seconds ``call`` takes, started after ``settle`` seconds of quiet."""
+    time.sleep(settle)
+    start = time.perf_counter()
+    call(*args)
+    return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--settle", type=float, default=0.05,
+                        help="seconds of quiet before each timed call, so that neither side "
+                             "starts while libvirtd still finishes the previous removal")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     conn = open_connection("qemu:///system")
@@ -44,6 +56,10 @@ def main() -> None:
 
     conn.domainEventRegisterAny(None, libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED, on_removed,
                                 None)
+    def raw_detach(xml: str, alias: str) -> None:
+        dom.detachDeviceFlags(xml, FLAGS)
+        removed[alias].wait(30)
+
     with tempfile.TemporaryDirectory() as tmp, Guests(conn) as guests:
         dom = guests.start("bench")
         image = Path(tmp) / "bench.raw"
@@ -60,22 +76,10 @@ def main() -> None:
             xml = build_disk(info, target_dev="sda", bus="scsi", scsi_unit=0).to_xml()
             alias = f"ua-{vid}"
             removed[alias] = threading.Event()
-            t0 = time.perf_counter()
-            dom.attachDeviceFlags(xml, FLAGS)
-            t1 = time.perf_counter()
-            dom.detachDeviceFlags(xml, FLAGS)
-            removed[alias].wait(30)
-            t2 = time.perf_counter()
-            times["raw_attach"].append(t1 - t0)
-            times["raw_detach"].append(t2 - t1)
-
-            t0 = time.perf_counter()
-            driver.attach_volume(info, dom.name())
-            t1 = time.perf_counter()
-            driver.detach_volume(dom.name(), vid)
-            t2 = time.perf_counter()
-            times["attach"].append(t1 - t0)
-            times["detach"].append(t2 - t1)
+            times["raw_attach"].append(timed(args.settle, dom.attachDeviceFlags, xml, FLAGS))
+            times["raw_detach"].append(timed(args.settle, raw_detach, xml, alias))
+            times["attach"].append(timed(args.settle, driver.attach_volume, info, dom.name()))
+            times["detach"].append(timed(args.settle, driver.detach_volume, dom.name(), vid))
         driver.close()
     med = {k: statistics.median(v) * 1000 for k, v in times.items()}
     result = {f"{k}_ms": round(v, 2) for k, v in med.items()}

@@ -228,3 +228,40 @@ def test_the_state_dir_holds_no_lock(tmp_path: Path, guests, volume_driver,
     volume_driver.attach_volume(info, a.name())
     volume_driver.detach_volume(a.name(), info["data"]["volume_id"])
     assert lock_is_free(volume_driver.lock_dir, info["data"]["volume_id"])
+
+
+def test_an_attach_that_lands_between_the_scan_and_the_guest_lock_is_seen(
+        guests, volume_driver, tmp_path, mocker) -> None:
+    """The disks read with the host are reused under the guest lock only while the guest's
+    attach generation is unchanged. Another driver (its own process in real life, the same
+    state directory) attaches a second volume to the guest in exactly that window: the first
+    attach must notice, read the guest again and take the next free device."""
+    from virtdriver import LibvirtVolumeDriver
+    from virtdriver import driver as driver_module
+
+    a = guests.start("a")
+    images = []
+    for name in ("first", "second"):
+        images.append(tmp_path / f"{name}.raw")
+        subprocess.run(["truncate", "-s", "1M", str(images[-1])], check=True)
+    first = file_volume(str(images[0]), multiattach=False)
+    second = file_volume(str(images[1]), multiattach=False)
+    other = LibvirtVolumeDriver("qemu:///system", state_dir=volume_driver.state_dir)
+    real_guest_lock = driver_module.guest_lock
+    interleaved = []
+
+    def guest_lock_after_another_attach(lock_dir, guest_uuid):
+        if not interleaved:  # the first attach has scanned the host and wants the guest's lock
+            interleaved.append(None)  # the other attach goes straight through this seam
+            interleaved[0] = other.attach_volume(second, a.name())
+        return real_guest_lock(lock_dir, guest_uuid)
+
+    mocker.patch.object(driver_module, "guest_lock", side_effect=guest_lock_after_another_attach)
+    try:
+        attached = volume_driver.attach_volume(first, a.name())
+    finally:
+        other.close()
+    assert interleaved[0].device == "/dev/sda"
+    assert attached.device == "/dev/sdb"
+    assert sorted(x.volumeId for x in volume_driver.list_attachments(a.name())) == sorted(
+        [first["serial"], second["serial"]])

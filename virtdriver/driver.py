@@ -39,11 +39,21 @@ from virtdriver.errors import (
 from virtdriver.hypervisor import brick
 from virtdriver.hypervisor.connection import Connection, libvirt_message
 from virtdriver.hypervisor.hostconn import HostConnections
-from virtdriver.hypervisor.locks import volume_lock
+from virtdriver.hypervisor.locks import guest_generation, guest_lock, volume_lock
 from virtdriver.hypervisor.metadata import set_note
 from virtdriver.hypervisor.targets import bus_for, pick_target
 from virtdriver.hypervisor.blockcopy import copy_and_pivot
-from virtdriver.hypervisor.usage import DiskUse, DomainState, host_state, source_key, source_token
+from virtdriver.hypervisor.usage import (
+    AttachTarget,
+    DiskUse,
+    DomainState,
+    HostScan,
+    ListedDomain,
+    host_state,
+    list_domains,
+    read_domains,
+    source_token,
+)
 from virtdriver.policy import check_attach_mode
 from virtdriver.render import build_disk, check_nesting, volume_id
 from virtdriver.secrets import redact, secret_values
@@ -105,6 +115,17 @@ def describe_source(disk: Disk) -> str:
                          for h in src.hosts)
         return f"{src.protocol}://{hosts}/{src.name or ''}"
     return src.dev or src.file or src.dir or ""
+
+
+@dataclasses.dataclass(frozen=True)
+class _AttachRequest:
+    """An attach's connection_info (a private copy) and what follows from it."""
+
+    info: dict[str, Any]
+    vid: str
+    alias: str
+    multiattach: bool
+    protocol: str | None  # os-brick's, None when QEMU connects by itself
 
 
 class LibvirtVolumeDriver:
@@ -183,58 +204,140 @@ class LibvirtVolumeDriver:
         another local guest still uses the volume.
         """
         check_attach_mode(attach_mode)
-        info = _copy_info(connection_info)
-        vid = _required_volume_id(info)
-        secrets = secret_values(info)
-        volume_driver = get_driver(info.get("driver_volume_type"))
-        options = self._render_options()
-        protocol = volume_driver.brick_protocol_for(options)
-        alias = ALIAS_PREFIX + vid
-        with volume_lock(self.lock_dir, vid):
-            states = self._host_state()
-            target = self._find(states, instance)
-            dom = target.dom
-            host = [u for state in states for u in state.disks]
-            users = [u for u in host if u.alias == alias]
-            multiattach = info.get("multiattach") is True
-            self._check_sharing(users, dom, vid, multiattach)
-            self._connect_host(vid, protocol, info)
+        request = self._attach_request(connection_info)
+        with volume_lock(self.lock_dir, request.vid):
+            scan = self._prepare_attach(request, [instance])
+            target = scan.targets[0]
             try:
-                return self._attach(dom, target, info, alias, host, multiattach,
-                                    attach_mode=attach_mode,
+                return self._attach(target, scan, request.info, attach_mode=attach_mode,
                                     target_dev=target_dev, bus=bus, device=device,
                                     luks_secret_uuid=luks_secret_uuid)
             except VirtDriverError as exc:
-                self._undo_attach(dom, alias)
-                if not users:
-                    if isinstance(exc, VolumeInUse):
-                        self.host.forget(vid)  # the device is another attachment's: keep it
-                    else:
-                        self._disconnect_quietly(vid)
+                self._undo_attach(target.dom, request.alias)
+                self._drop_host_side(request, scan, exc)
                 if isinstance(exc, AttachFailed):
                     raise
-                raise AttachFailed(f"attaching volume {vid} to {dom.name()} failed",
-                                   redact(str(exc), secrets)) from None
+                raise AttachFailed(f"attaching volume {request.vid} to {target.name} failed",
+                                   redact(str(exc), secret_values(request.info))) from None
 
-    def _attach(self, dom: libvirt.virDomain, state: DomainState, info: dict[str, Any],
-                alias: str, host: list[DiskUse], multiattach: bool, *, attach_mode: str,
-                target_dev: str | None, bus: str | None, device: str,
+    def attach_volume_to_many(self, connection_info: Mapping[str, Any],
+                              instances: Sequence[str], *,
+                              attach_mode: str | Mapping[str, str] = "rw",
+                              progress: Callable[[str, Attachment | Exception], None]
+                              | None = None, max_parallel: int = 16) -> list[Attachment]:
+        """Attach one multiattach volume to many guests: one host connect, parallel attaches.
+
+        All or nothing: if any guest fails, the attachments already made are undone, the host
+        side is released, and :class:`AttachFailed` names the guest that failed and why.
+        ``attach_mode`` is one mode for all, or a mapping of instance to mode.
+        """
+        instances = list(instances)
+        modes = {i: check_attach_mode(attach_mode.get(i, "rw") if isinstance(attach_mode, Mapping)
+                                      else attach_mode, f"attach_mode[{i}]") for i in instances}
+        if len(set(instances)) != len(instances):
+            raise AttachFailed("the same guest is named twice")
+        request = self._attach_request(connection_info)
+        if len(instances) > 1 and not request.multiattach:
+            raise MultiattachNotSupported(f"volume {request.vid} is not multiattach; it cannot be "
+                                          f"attached to {len(instances)} guests")
+        with volume_lock(self.lock_dir, request.vid):
+            scan = self._prepare_attach(request, instances)
+            done: list[tuple[int, Attachment]] = []
+            failures: list[tuple[int, Exception]] = []
+
+            def attach(target: AttachTarget, mode: str) -> Attachment:
+                return self._attach(target, scan, copy.deepcopy(request.info), attach_mode=mode,
+                                    target_dev=None, bus=None, device="disk",
+                                    luks_secret_uuid=None)
+
+            with ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(instances)))) as pool:
+                futures = {pool.submit(attach, target, modes[name]): n
+                           for n, (name, target) in enumerate(zip(instances, scan.targets))}
+                for future in as_completed(futures):
+                    n = futures[future]
+                    try:
+                        result = future.result()
+                    except VirtDriverError as exc:
+                        failures.append((n, exc))
+                        if progress:
+                            progress(instances[n], exc)
+                        continue
+                    done.append((n, result))
+                    if progress:
+                        progress(instances[n], result)
+            if not failures:
+                return [att for _, att in sorted(done, key=lambda d: d[0])]
+            for n, _ in done + failures:
+                self._undo_attach(scan.targets[n].dom, request.alias)
+            n, exc = failures[0]
+            self._drop_host_side(request, scan, exc)
+            raise AttachFailed(f"attaching volume {request.vid} to {len(instances)} guests failed "
+                               f"at {instances[n]} ({exc}); the {len(done)} attachments made "
+                               "were undone", None) from None
+
+    def _attach_request(self, connection_info: Mapping[str, Any]) -> _AttachRequest:
+        info = _copy_info(connection_info)
+        vid = _required_volume_id(info)
+        protocol = get_driver(info.get("driver_volume_type")).brick_protocol_for(
+            self._render_options())
+        return _AttachRequest(info, vid, ALIAS_PREFIX + vid, info.get("multiattach") is True,
+                              protocol)
+
+    def _prepare_attach(self, request: _AttachRequest, instances: Sequence[str]) -> HostScan:
+        """Under the volume lock: read the host, refuse unsafe sharing, connect the host side.
+
+        Each guest's attach generation is read before its disks, so that :meth:`_attach` can
+        tell whether the disks read here are still current once it holds the guest's lock.
+        """
+        try:
+            listed = list_domains(self.connection.get())
+            found = [self._find_listed(listed, instance) for instance in instances]
+            generations = [guest_generation(self.lock_dir, d.uuid) for d in found]
+            domains = read_domains(listed + [d for d in found if d not in listed])
+        except libvirt.libvirtError as exc:
+            raise HypervisorError("cannot read the host's guests", libvirt_message(exc)) from None
+        by_uuid = {d.listed.uuid: d for d in domains}
+        targets = []
+        for instance, listed_domain, generation in zip(instances, found, generations):
+            if listed_domain.uuid not in by_uuid:  # vanished between the list and the read
+                self.connection.domain(instance)  # raises InstanceNotFound
+                raise HypervisorError(f"guest {instance!r} changed while it was being read")
+            targets.append(AttachTarget(by_uuid[listed_domain.uuid], generation))
+        users = [u for d in domains for u in d.state(mentioning=request.vid).disks
+                 if u.alias == request.alias]
+        for target in targets:
+            self._check_sharing(users, target, request.vid, request.multiattach)
+        self._connect_host(request.vid, request.protocol, request.info)
+        return HostScan(domains, targets, users)
+
+    def _attach(self, target: AttachTarget, scan: HostScan, info: dict[str, Any], *,
+                attach_mode: str, target_dev: str | None, bus: str | None, device: str,
                 luks_secret_uuid: str | None) -> Attachment:
         # Volume locks do not stop two volumes being attached to one guest at once: choosing a
-        # free target and attaching are serialized per guest, on a fresh read of its disks.
-        with volume_lock(self.lock_dir, f"guest-{state.uuid}"):
-            fresh = self._state(dom, state)
-            return self._attach_locked(dom, state, fresh, info, alias, host, multiattach,
-                                       attach_mode=attach_mode, target_dev=target_dev, bus=bus,
-                                       device=device, luks_secret_uuid=luks_secret_uuid)
+        # free target and attaching are serialized per guest. The guest's disks read with the
+        # host are still current unless another attach raised its generation meanwhile.
+        with guest_lock(self.lock_dir, target.uuid) as guest:
+            domain = target.domain
+            if guest.generation != target.generation:
+                try:
+                    domain = domain.listed.read()
+                except libvirt.libvirtError as exc:
+                    raise HypervisorError(f"cannot read guest {target.name}",
+                                          libvirt_message(exc)) from None
+            state = domain.state()
+            try:
+                return self._attach_locked(state, scan, info, attach_mode=attach_mode,
+                                           target_dev=target_dev, bus=bus, device=device,
+                                           luks_secret_uuid=luks_secret_uuid)
+            finally:
+                guest.changed()
 
-    def _attach_locked(self, dom: libvirt.virDomain, state: DomainState, fresh: DomainState,
-                       info: dict[str, Any], alias: str, host: list[DiskUse],
-                       multiattach: bool, *, attach_mode: str, target_dev: str | None,
-                       bus: str | None, device: str,
+    def _attach_locked(self, state: DomainState, scan: HostScan, info: dict[str, Any], *,
+                       attach_mode: str, target_dev: str | None, bus: str | None, device: str,
                        luks_secret_uuid: str | None) -> Attachment:
-        disks = [u.disk for u in fresh.disks]
-        has_scsi = any(kind == "scsi" for kind, _ in fresh.controllers)
+        vid = _required_volume_id(info)
+        disks = [u.disk for u in state.disks]
+        has_scsi = any(kind == "scsi" for kind, _ in state.controllers)
         bus = bus or bus_for(target_dev, has_scsi)
         target_dev, unit = pick_target(disks, bus, target_dev, state.name)
         disk = build_disk(info, attach_mode=attach_mode, target_dev=target_dev, bus=bus,
@@ -242,33 +345,30 @@ class LibvirtVolumeDriver:
                           mount_base=self.mount_base, label_policy=self.label_policy,
                           shared_image_label=self.shared_image_label,
                           native_iscsi=self.native_iscsi, native_glusterfs=self.native_glusterfs)
-        key = source_key(disk)
-        clash = sorted({u.domain_name for u in host
-                        if u.alias != alias and key is not None and source_key(u.disk) == key
-                        and (not multiattach or not u.disk.shareable)})
+        clash = scan.same_data_elsewhere(disk, state, ALIAS_PREFIX + vid,
+                                         info.get("multiattach") is True)
         if clash:
-            raise VolumeInUse(f"the data of volume {alias[3:]} ({describe_source(disk)}) is "
+            raise VolumeInUse(f"the data of volume {vid} ({describe_source(disk)}) is "
                               f"already used by {', '.join(clash)} under another name; refusing "
                               "to share it")
         flags = libvirt.VIR_DOMAIN_AFFECT_LIVE if state.active else 0
         if state.persistent:
             flags |= libvirt.VIR_DOMAIN_AFFECT_CONFIG
         try:
-            dom.attachDeviceFlags(disk.to_xml(), flags)
+            state.dom.attachDeviceFlags(disk.to_xml(), flags)
         except libvirt.libvirtError as exc:
-            raise AttachFailed(f"libvirt refused to attach volume {alias[3:]} to {dom.name()}",
+            raise AttachFailed(f"libvirt refused to attach volume {vid} to {state.name}",
                                libvirt_message(exc)) from None
         attachment = Attachment.from_use(DiskUse(state.name, state.uuid, state.active,
                                                  state.active, disk))
         assert attachment is not None  # the disk was rendered with its ua- alias and target
         return attachment
 
-    def _check_sharing(self, users: list[DiskUse], dom: libvirt.virDomain, vid: str,
+    def _check_sharing(self, users: list[DiskUse], target: AttachTarget | DomainState, vid: str,
                        multiattach: bool) -> None:
-        uuid = dom.UUIDString()
-        mine = [u for u in users if u.domain_uuid == uuid]
+        mine = [u for u in users if u.domain_uuid == target.uuid]
         if mine:
-            raise AttachFailed(f"volume {vid} is already attached to {dom.name()} as "
+            raise AttachFailed(f"volume {vid} is already attached to {target.name} as "
                                f"{mine[0].disk.target.dev if mine[0].disk.target else '?'}")
         others = sorted({u.domain_name for u in users})
         if others and not multiattach:
@@ -278,6 +378,16 @@ class LibvirtVolumeDriver:
         if unshared:
             raise VolumeInUse(f"volume {vid} is attached to {', '.join(unshared)} without "
                               "<shareable/>; detach it there first")
+
+    def _drop_host_side(self, request: _AttachRequest, scan: HostScan,
+                        exc: Exception) -> None:
+        """After a failed attach: release the host side unless another guest already used it."""
+        if scan.users:
+            return
+        if isinstance(exc, VolumeInUse):
+            self.host.forget(request.vid)  # the device is another attachment's: keep it
+        else:
+            self._disconnect_quietly(request.vid)
 
     def _undo_attach(self, dom: libvirt.virDomain, alias: str) -> None:
         """Remove whatever part of a failed attach made it into the guest."""
@@ -299,77 +409,7 @@ class LibvirtVolumeDriver:
             except (libvirt.libvirtError, VirtDriverError) as exc:
                 LOG.error("could not undo attach of %s to %s: %s", alias, dom.name(), exc)
 
-    # ---- multi-create, swap, extend -----------------------------------------------------------
-
-    def attach_volume_to_many(self, connection_info: Mapping[str, Any],
-                              instances: Sequence[str], *,
-                              attach_mode: str | Mapping[str, str] = "rw",
-                              progress: Callable[[str, Attachment | Exception], None]
-                              | None = None, max_parallel: int = 16) -> list[Attachment]:
-        """Attach one multiattach volume to many guests: one host connect, parallel attaches.
-
-        All or nothing: if any guest fails, the attachments already made are undone, the host
-        side is released, and :class:`AttachFailed` names the guest that failed and why.
-        ``attach_mode`` is one mode for all, or a mapping of instance to mode.
-        """
-        instances = list(instances)
-        modes = {i: check_attach_mode(attach_mode.get(i, "rw") if isinstance(attach_mode, Mapping)
-                                      else attach_mode, f"attach_mode[{i}]") for i in instances}
-        if len(set(instances)) != len(instances):
-            raise AttachFailed("the same guest is named twice")
-        info = _copy_info(connection_info)
-        vid = _required_volume_id(info)
-        multiattach = info.get("multiattach") is True
-        if len(instances) > 1 and not multiattach:
-            raise MultiattachNotSupported(f"volume {vid} is not multiattach; it cannot be "
-                                          f"attached to {len(instances)} guests")
-        protocol = get_driver(info.get("driver_volume_type")).brick_protocol_for(
-            self._render_options())
-        alias = ALIAS_PREFIX + vid
-        with volume_lock(self.lock_dir, vid):
-            states = self._host_state()
-            targets = [self._find(states, i) for i in instances]
-            host = [u for state in states for u in state.disks]
-            users = [u for u in host if u.alias == alias]
-            for state in targets:
-                self._check_sharing(users, state.dom, vid, multiattach)
-            self._connect_host(vid, protocol, info)
-            done: list[tuple[DomainState, Attachment]] = []
-            failures: list[tuple[str, Exception]] = []
-
-            def attach(state: DomainState, mode: str) -> Attachment:
-                return self._attach(state.dom, state, copy.deepcopy(info), alias, host,
-                                    multiattach, attach_mode=mode, target_dev=None, bus=None,
-                                    device="disk", luks_secret_uuid=None)
-
-            with ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(targets)))) as pool:
-                futures = {pool.submit(attach, state, modes[name]): (name, state)
-                           for name, state in zip(instances, targets)}
-                for future in as_completed(futures):
-                    name, state = futures[future]
-                    try:
-                        result = future.result()
-                    except VirtDriverError as exc:
-                        failures.append((name, exc))
-                        if progress:
-                            progress(name, exc)
-                        continue
-                    done.append((state, result))
-                    if progress:
-                        progress(name, result)
-            if not failures:
-                order = {state.uuid: n for n, state in enumerate(targets)}
-                return [att for state, att in sorted(done, key=lambda d: order[d[0].uuid])]
-            for state, _ in done:
-                self._undo_attach(state.dom, alias)
-            for name, _ in failures:
-                self._undo_attach(self._find(states, name).dom, alias)
-            if not users:
-                self._disconnect_quietly(vid)
-            name, exc = failures[0]
-            raise AttachFailed(f"attaching volume {vid} to {len(instances)} guests failed at "
-                               f"{name} ({exc}); the {len(done)} attachments made were undone",
-                               None) from None
+    # ---- swap, extend -------------------------------------------------------------------------
 
     def swap_volume(self, instance: str, old_connection_info: Mapping[str, Any],
                     new_connection_info: Mapping[str, Any], *,
@@ -407,7 +447,7 @@ class LibvirtVolumeDriver:
                                   "lose their writes")
             host = [u for s in states for u in s.disks]
             new_users = [u for u in host if u.alias == new_alias]
-            self._check_sharing(new_users, dom, new_id, new.get("multiattach") is True)
+            self._check_sharing(new_users, state, new_id, new.get("multiattach") is True)
             self._connect_host(new_id, protocol, new)
             try:
                 new_disk = self._render_like(new, old_disk)
@@ -482,6 +522,14 @@ class LibvirtVolumeDriver:
             except libvirt.libvirtError as exc:
                 raise HypervisorError(f"QEMU refused to resize {target} of {dom.name()}",
                                       libvirt_message(exc)) from None
+
+    def _find_listed(self, listed: list[ListedDomain], instance: str) -> ListedDomain:
+        found = next((d for d in listed if d.is_instance(instance)), None)
+        if found is not None:
+            return found
+        dom = self.connection.domain(instance)  # defined meanwhile, or InstanceNotFound
+        return ListedDomain(dom, dom.name(), dom.UUIDString(), bool(dom.isActive()),
+                            bool(dom.isPersistent()))
 
     def _find(self, states: list[DomainState], instance: str) -> DomainState:
         found = next((s for s in states if s.is_instance(instance)), None)
@@ -596,11 +644,8 @@ class LibvirtVolumeDriver:
         except libvirt.libvirtError as exc:
             raise HypervisorError("cannot read the host's guests", libvirt_message(exc)) from None
 
-    def _state(self, dom: libvirt.virDomain, known: DomainState | None = None) -> DomainState:
-        """A fresh read of one guest (``known``: its running/persistent flags, already read)."""
+    def _state(self, dom: libvirt.virDomain) -> DomainState:
         try:
-            if known is not None:
-                return DomainState.read(dom, known.active, known.persistent)
             return DomainState.read(dom)
         except libvirt.libvirtError as exc:
             raise HypervisorError(f"cannot read guest {dom.name()}", libvirt_message(exc)) from None
