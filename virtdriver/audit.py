@@ -30,7 +30,7 @@ from typing import Any, Final
 import libvirt
 
 from virtdriver.config import Disk
-from virtdriver.driver import ALIAS_PREFIX, describe_source
+from virtdriver.attachment import ALIAS_PREFIX, describe_source
 from virtdriver.errors import HypervisorError
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.hostconn import HostConnections

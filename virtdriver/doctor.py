@@ -96,7 +96,11 @@ def _open(driver: LibvirtVolumeDriver, checks: list[Check]) -> Any:
 
 def hypervisor_checks(driver: LibvirtVolumeDriver, facts: dict[str, Any]) -> list[Check]:
     """libvirt's and QEMU's versions and whether a shareable disk gets ``share-rw=on``."""
-    from virtdriver.driver import MIN_LIBVIRT_SHARE_RW, MIN_QEMU_SHARE_RW, version_string
+    from virtdriver.hypervisor.capabilities import (
+        MIN_LIBVIRT_SHARE_RW,
+        MIN_QEMU_SHARE_RW,
+        version_string,
+    )
 
     try:
         caps = driver.capabilities()

@@ -11,9 +11,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import functools
 import logging
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -22,7 +20,6 @@ from typing import Any
 import libvirt
 
 from virtdriver.config import Disk
-from virtdriver.config.model import parse_xml
 from virtdriver.errors import (
     AttachFailed,
     DetachFailed,
@@ -36,7 +33,9 @@ from virtdriver.errors import (
     VirtDriverError,
     VolumeInUse,
 )
+from virtdriver.attachment import ALIAS_PREFIX, Attachment, describe_source
 from virtdriver.hypervisor import brick
+from virtdriver.hypervisor.capabilities import host_capabilities
 from virtdriver.hypervisor.connection import Connection, libvirt_message
 from virtdriver.hypervisor.hostconn import HostConnections
 from virtdriver.hypervisor.locks import guest_generation, guest_lock, volume_lock
@@ -65,56 +64,6 @@ DEFAULT_STATE_DIR = Path("/var/lib/virtdriver")
 REMOTEFS_PROTOCOLS = ("NFS", "GLUSTERFS", "QUOBYTE", "VZSTORAGE")
 # libvirt's words when QEMU went away under a running call (the guest is being destroyed).
 MONITOR_CLOSED = "End of file from qemu monitor"
-ALIAS_PREFIX = "ua-"
-# libvirt >= 3.10 passes share-rw=on for <shareable/> disks; QEMU >= 2.10 has share-rw.
-MIN_LIBVIRT_SHARE_RW = 3_010_000
-MIN_QEMU_SHARE_RW = 2_010_000
-
-
-@dataclasses.dataclass(frozen=True)
-class Attachment:
-    """One volume attached to one guest, in the compute API's os-volume_attachments shape."""
-
-    device: str
-    id: str
-    serverId: str  # noqa: N815 - the compute API's spelling
-    volumeId: str  # noqa: N815
-    attach_mode: str
-    shareable: bool
-    source: str
-    server_name: str
-    target_dev: str
-    bus: str | None
-    cache: str | None
-    live: bool
-
-    def to_api(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_use(cls, use: DiskUse) -> Attachment | None:
-        disk = use.disk
-        alias = use.alias
-        if alias is None or not alias.startswith(ALIAS_PREFIX) or disk.target is None:
-            return None
-        vid = alias[len(ALIAS_PREFIX):]
-        return cls(device=f"/dev/{disk.target.dev}", id=vid, serverId=use.domain_uuid,
-                   volumeId=vid, attach_mode="ro" if disk.readonly else "rw",
-                   shareable=disk.shareable, source=describe_source(disk),
-                   server_name=use.domain_name, target_dev=disk.target.dev or "",
-                   bus=disk.target.bus, cache=disk.driver.cache if disk.driver else None,
-                   live=use.live)
-
-
-def describe_source(disk: Disk) -> str:
-    src = disk.source
-    if src is None:
-        return ""
-    if src.protocol:
-        hosts = ",".join(f"{h.name}:{h.port}" if h.port else (h.name or h.socket or "")
-                         for h in src.hosts)
-        return f"{src.protocol}://{hosts}/{src.name or ''}"
-    return src.dev or src.file or src.dir or ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,21 +125,7 @@ class LibvirtVolumeDriver:
 
     def capabilities(self) -> dict[str, Any]:
         """What this host supports, read from the running libvirt and QEMU."""
-        conn = self.connection.get()
-        libvirt_version = conn.getLibVersion()
-        qemu_version = conn.getVersion()
-        emulator = _emulator(conn)
-        share_rw = _qemu_has_share_rw(emulator) if emulator else False
-        multiattach = (libvirt_version >= MIN_LIBVIRT_SHARE_RW
-                       and qemu_version >= MIN_QEMU_SHARE_RW and share_rw)
-        return {
-            "libvirt_version": version_string(libvirt_version),
-            "qemu_version": version_string(qemu_version),
-            "emulator": emulator,
-            "qemu_share_rw": share_rw,
-            "supports_multiattach": multiattach,
-            "supports_attach_mode": multiattach,
-        }
+        return host_capabilities(self.connection.get())
 
     # ---- attach -----------------------------------------------------------------------------
 
@@ -706,29 +641,3 @@ def _lock_name(vid: str) -> str:
     if not vid or "/" in vid or vid.startswith("."):
         raise NotAttached(f"{vid!r} is not a volume id")
     return vid
-
-
-def version_string(number: int) -> str:
-    """libvirt's version numbers (major * 1,000,000 + minor * 1,000 + micro) as text."""
-    return f"{number // 1_000_000}.{number // 1000 % 1000}.{number % 1000}"
-
-
-def _emulator(conn: libvirt.virConnect) -> str | None:
-    """The QEMU binary libvirt uses by default, from its domain capabilities."""
-    try:
-        xml = conn.getDomainCapabilities(None, None, None, None, 0)
-    except libvirt.libvirtError:
-        return None
-    return parse_xml(xml).findtext("path")
-
-
-@functools.cache
-def _qemu_has_share_rw(emulator: str) -> bool:
-    """Whether this QEMU's SCSI and virtio disks have the ``share-rw`` property."""
-    try:
-        done = subprocess.run([emulator, "-machine", "none", "-nodefaults", "-device",
-                               "scsi-hd,help"], capture_output=True, text=True, timeout=20,
-                              check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return "share-rw" in done.stdout

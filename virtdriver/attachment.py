@@ -1,0 +1,59 @@
+"""An attachment as the compute API shows it, read back from a guest's disk."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from virtdriver.config import Disk
+from virtdriver.hypervisor.usage import DiskUse
+
+# Every disk virtdriver attaches carries the user alias ua-<volume id>: libvirt keeps it in the
+# live guest and its definition, so the attachments are found again without a database.
+ALIAS_PREFIX = "ua-"
+
+
+@dataclasses.dataclass(frozen=True)
+class Attachment:
+    """One volume attached to one guest, in the compute API's os-volume_attachments shape."""
+
+    device: str
+    id: str
+    serverId: str  # noqa: N815 - the compute API's spelling
+    volumeId: str  # noqa: N815
+    attach_mode: str
+    shareable: bool
+    source: str
+    server_name: str
+    target_dev: str
+    bus: str | None
+    cache: str | None
+    live: bool
+
+    def to_api(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_use(cls, use: DiskUse) -> Attachment | None:
+        disk = use.disk
+        alias = use.alias
+        if alias is None or not alias.startswith(ALIAS_PREFIX) or disk.target is None:
+            return None
+        vid = alias[len(ALIAS_PREFIX):]
+        return cls(device=f"/dev/{disk.target.dev}", id=vid, serverId=use.domain_uuid,
+                   volumeId=vid, attach_mode="ro" if disk.readonly else "rw",
+                   shareable=disk.shareable, source=describe_source(disk),
+                   server_name=use.domain_name, target_dev=disk.target.dev or "",
+                   bus=disk.target.bus, cache=disk.driver.cache if disk.driver else None,
+                   live=use.live)
+
+
+def describe_source(disk: Disk) -> str:
+    src = disk.source
+    if src is None:
+        return ""
+    if src.protocol:
+        hosts = ",".join(f"{h.name}:{h.port}" if h.port else (h.name or h.socket or "")
+                         for h in src.hosts)
+        return f"{src.protocol}://{hosts}/{src.name or ''}"
+    return src.dev or src.file or src.dir or ""
