@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-import multiprocessing
+import subprocess
+import sys
 from pathlib import Path
 
 from virtdriver.hypervisor.locks import guest_generation, guest_lock, lock_is_free
 
 
-def _bump_in_child(lock_dir: str, guest: str) -> None:
-    with guest_lock(Path(lock_dir), guest) as held:
-        held.changed()
+BUMP = """
+import sys
+from pathlib import Path
+from virtdriver.hypervisor.locks import guest_lock
+with guest_lock(Path(sys.argv[1]), sys.argv[2]) as held:
+    held.changed()
+"""
 
 
 def test_the_generation_starts_at_zero_and_rises_with_each_change(tmp_path: Path) -> None:
@@ -28,11 +33,7 @@ def test_the_generation_starts_at_zero_and_rises_with_each_change(tmp_path: Path
 def test_another_process_sees_the_change_and_the_lock_is_free_after(tmp_path: Path) -> None:
     guest = "5a1c9e7e-2d7b-4f0c-8a0e-6c2f1d9b3a47"
     before = guest_generation(tmp_path, guest)
-    child = multiprocessing.get_context("fork").Process(target=_bump_in_child,
-                                                        args=(str(tmp_path), guest))
-    child.start()
-    child.join(30)
-    assert child.exitcode == 0
+    subprocess.run([sys.executable, "-c", BUMP, str(tmp_path), guest], check=True, timeout=60)
     assert guest_generation(tmp_path, guest) == before + 1
     assert lock_is_free(tmp_path, f"guest-{guest}")
 
