@@ -59,6 +59,16 @@ def test_fan_out_refuses_a_non_multiattach_volume(guests, volume_driver, loop_de
     assert all(volume_driver.list_attachments(d.name()) == [] for d in doms)
 
 
+def test_fan_out_refuses_one_guest_named_twice(guests, volume_driver, loop_device,
+                                               connects) -> None:
+    a, b = guests.start("f0"), guests.start("f1")
+    info = local_volume(loop_device.device, multiattach=True)
+    with pytest.raises(AttachFailed, match="named twice"):
+        volume_driver.attach_volume_to_many(info, [a.name(), b.name(), a.UUIDString()])
+    assert connects.call_count == 0
+    assert all(volume_driver.list_attachments(d.name()) == [] for d in (a, b))
+
+
 def test_fan_out_is_all_or_nothing(guests, volume_driver, loop_device, system_conn) -> None:
     from tests.guests import guest_xml, kvm_available
 

@@ -227,6 +227,8 @@ class LibvirtVolumeDriver:
         try:
             listed = list_domains(self.connection.get())
             found = [self._find_listed(listed, instance) for instance in instances]
+            if len({d.uuid for d in found}) != len(found):
+                raise AttachFailed("the same guest is named twice (by name and by UUID)")
             generations = [guest_generation(self.lock_dir, d.uuid) for d in found]
             domains = read_domains(listed + [d for d in found if d not in listed])
         except libvirt.libvirtError as exc:
