@@ -144,7 +144,7 @@ class LibvirtVolumeDriver:
             scan = self._prepare_attach(request, [instance])
             target = scan.targets[0]
             try:
-                return self._attach(target, scan, request.info, attach_mode=attach_mode,
+                return self._attach(target, scan, request, attach_mode=attach_mode,
                                     target_dev=target_dev, bus=bus, device=device,
                                     luks_secret_uuid=luks_secret_uuid)
             except VirtDriverError as exc:
@@ -181,7 +181,7 @@ class LibvirtVolumeDriver:
             failures: list[tuple[int, Exception]] = []
 
             def attach(target: AttachTarget, mode: str) -> Attachment:
-                return self._attach(target, scan, copy.deepcopy(request.info), attach_mode=mode,
+                return self._attach(target, scan, request, attach_mode=mode,
                                     target_dev=None, bus=None, device="disk",
                                     luks_secret_uuid=None)
 
@@ -247,7 +247,7 @@ class LibvirtVolumeDriver:
         self._connect_host(request.vid, request.protocol, request.info)
         return HostScan(domains, targets, users)
 
-    def _attach(self, target: AttachTarget, scan: HostScan, info: dict[str, Any], *,
+    def _attach(self, target: AttachTarget, scan: HostScan, request: _AttachRequest, *,
                 attach_mode: str, target_dev: str | None, bus: str | None, device: str,
                 luks_secret_uuid: str | None) -> Attachment:
         # Volume locks do not stop two volumes being attached to one guest at once: choosing a
@@ -263,27 +263,26 @@ class LibvirtVolumeDriver:
                                           libvirt_message(exc)) from None
             state = domain.state()
             try:
-                return self._attach_locked(state, scan, info, attach_mode=attach_mode,
+                return self._attach_locked(state, scan, request, attach_mode=attach_mode,
                                            target_dev=target_dev, bus=bus, device=device,
                                            luks_secret_uuid=luks_secret_uuid)
             finally:
                 guest.changed()
 
-    def _attach_locked(self, state: DomainState, scan: HostScan, info: dict[str, Any], *,
+    def _attach_locked(self, state: DomainState, scan: HostScan, request: _AttachRequest, *,
                        attach_mode: str, target_dev: str | None, bus: str | None, device: str,
                        luks_secret_uuid: str | None) -> Attachment:
-        vid = _required_volume_id(info)
+        vid = request.vid
         disks = [u.disk for u in state.disks]
         has_scsi = any(kind == "scsi" for kind, _ in state.controllers)
         bus = bus or bus_for(target_dev, has_scsi)
         target_dev, unit = pick_target(disks, bus, target_dev, state.name)
-        disk = build_disk(info, attach_mode=attach_mode, target_dev=target_dev, bus=bus,
+        disk = build_disk(request.info, attach_mode=attach_mode, target_dev=target_dev, bus=bus,
                           device=device, scsi_unit=unit, luks_secret_uuid=luks_secret_uuid,
                           mount_base=self.mount_base, label_policy=self.label_policy,
                           shared_image_label=self.shared_image_label,
                           native_iscsi=self.native_iscsi, native_glusterfs=self.native_glusterfs)
-        clash = scan.same_data_elsewhere(disk, state, ALIAS_PREFIX + vid,
-                                         info.get("multiattach") is True)
+        clash = scan.same_data_elsewhere(disk, state, request.alias, request.multiattach)
         if clash:
             raise VolumeInUse(f"the data of volume {vid} ({describe_source(disk)}) is "
                               f"already used by {', '.join(clash)} under another name; refusing "
