@@ -27,7 +27,7 @@ import libvirt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.guests import Guests, open_connection  # noqa: E402
+from tests.guests import Guests, open_connection, sparse_file  # noqa: E402
 from virtdriver import LibvirtVolumeDriver, build_disk  # noqa: E402
 
 FLAGS = libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_AFFECT_CONFIG
@@ -76,10 +76,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp, Guests(conn) as guests:
         dom = guests.start("bench")
-        image = Path(tmp) / "bench.raw"
-        image.write_bytes(b"")
-        with open(image, "r+b") as fh:
-            fh.truncate(16 << 20)
+        image = sparse_file(Path(tmp) / "bench.raw")
         driver = LibvirtVolumeDriver("qemu:///system", state_dir=Path(tmp) / "state")
         times: dict[str, list[float]] = {k: [] for k in ("raw_attach", "raw_detach", "attach",
                                                          "detach", "read_attach")}

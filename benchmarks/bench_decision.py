@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.guests import Guests, open_connection  # noqa: E402
+from tests.guests import Guests, open_connection, sparse_file  # noqa: E402
 from virtdriver import LibvirtVolumeDriver  # noqa: E402
 
 
@@ -34,9 +34,7 @@ def main() -> None:
     conn = open_connection("qemu:///system")
     rows = []
     with tempfile.TemporaryDirectory() as tmp, Guests(conn, memory_mib=96) as guests:
-        image = Path(tmp) / "shared.raw"
-        with open(image, "wb") as fh:
-            fh.truncate(16 << 20)
+        image = sparse_file(Path(tmp) / "shared.raw")
         driver = LibvirtVolumeDriver("qemu:///system", state_dir=Path(tmp) / "state")
         vid = str(uuid.uuid4())
         info = {"driver_volume_type": "gpfs", "serial": vid, "multiattach": True,

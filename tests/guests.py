@@ -518,6 +518,13 @@ def block_info(dom: libvirt.virDomain, alias: str) -> BlockInfo:
 # --------------------------------------------------------------------------
 
 
+def sparse_file(path: str | os.PathLike[str], size: int = 16 << 20) -> Path:
+    """A sparse file of ``size`` bytes at ``path`` (a raw volume image), created or resized."""
+    with open(path, "wb") as fh:
+        fh.truncate(size)
+    return Path(path)
+
+
 class LoopDevice:
     """A loop device over a sparse file in a private temp dir.
 
@@ -546,9 +553,7 @@ class LoopDevice:
         if self.device is not None:
             raise RuntimeError(f"already attached as {self.device}")
         self._tmpdir = tempfile.mkdtemp(prefix="vdloop-", dir=self._parent)
-        backing = Path(self._tmpdir, "backing.raw")
-        with open(backing, "wb") as fh:
-            fh.truncate(self.size)
+        backing = sparse_file(Path(self._tmpdir, "backing.raw"), self.size)
         self.backing_file = backing
         try:
             out = subprocess.run(

@@ -44,7 +44,14 @@ import libvirt
 import pytest
 
 from tests.conftest import file_volume, local_volume
-from tests.guests import Guests, guest_xml, open_connection, read_pattern, write_pattern
+from tests.guests import (
+    Guests,
+    guest_xml,
+    open_connection,
+    read_pattern,
+    sparse_file,
+    write_pattern,
+)
 from tests.invariants import InvariantChecker, volume_disks
 from virtdriver.errors import (
     AttachFailed,
@@ -82,10 +89,7 @@ def check_consistent(conn: libvirt.virConnect, driver: Any, volumes: dict[str, b
 
 
 def raw_file(directory: Path, name: str = "vol.raw", size: int = 16 << 20) -> Path:
-    path = directory / name
-    with open(path, "wb") as fh:
-        fh.truncate(size)
-    return path
+    return sparse_file(directory / name, size)
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:

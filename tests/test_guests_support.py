@@ -67,10 +67,7 @@ def events(conn: libvirt.virConnect) -> Iterator[g.DeviceEvents]:
 
 @pytest.fixture
 def raw_file(tmp_path: Path) -> Path:
-    path = tmp_path / "vol.raw"
-    with open(path, "wb") as fh:
-        fh.truncate(16 * 1024 * 1024)
-    return path
+    return g.sparse_file(tmp_path / "vol.raw")
 
 
 # --------------------------------------------------------------------------

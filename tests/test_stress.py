@@ -24,6 +24,7 @@ from typing import IO, Any
 import pytest
 
 from tests.conftest import file_volume, local_volume
+from tests.guests import sparse_file
 from tests.invariants import InvariantChecker, volume_disks
 from tests.stress_ops import StressVolume, Tally, run_round
 
@@ -98,9 +99,7 @@ def test_random_concurrent_attach_detach_keeps_every_invariant(
     started = time.monotonic()
     doms = [guests.start(f"s{i}", persistent=i >= TRANSIENT) for i in range(GUESTS)]
     names = [d.name() for d in doms]
-    image = tmp_path / "single.raw"
-    with open(image, "wb") as fh:
-        fh.truncate(16 << 20)
+    image = sparse_file(tmp_path / "single.raw")
     shared = local_volume(loop_device.device, multiattach=True)
     single = file_volume(str(image), multiattach=False)
     volumes = [StressVolume(shared["data"]["volume_id"], shared),
