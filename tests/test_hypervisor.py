@@ -120,6 +120,27 @@ def test_same_device_under_another_volume_id_is_refused(
     assert other["data"]["volume_id"] not in volume_driver.host.connected()
 
 
+@pytest.mark.parametrize("fan_out", [False, True], ids=["attach", "fan-out"])
+def test_a_refused_clash_never_disconnects_the_other_attachments_device(
+        fan_out: bool, guests, volume_driver, loop_device, disconnects) -> None:
+    """The device belongs to the volume already attached under another id: refusing the second
+    id must forget its host record, not disconnect what the first attachment still uses."""
+    a, b = guests.start("a"), guests.start("b")
+    first = local_volume(loop_device.device, multiattach=False)
+    volume_driver.attach_volume(first, a.name())
+    other = local_volume(loop_device.device, multiattach=True)
+    with pytest.raises(VolumeInUse if not fan_out else AttachFailed, match="already used"):
+        if fan_out:
+            volume_driver.attach_volume_to_many(other, [b.name()])
+        else:
+            volume_driver.attach_volume(other, b.name())
+    assert disconnects.call_count == 0
+    assert volume_driver.host.connected() == [first["data"]["volume_id"]]
+    assert volume_driver.list_attachments(b.name()) == []
+    assert [x.volumeId for x in volume_driver.list_attachments(a.name())] == [
+        first["data"]["volume_id"]]
+
+
 def test_failed_attach_leaves_no_disk_and_no_host_connection(
         guests, volume_driver, loop_device, disconnects) -> None:
     a = guests.start("a")
