@@ -49,7 +49,7 @@ def local_with(**data: object) -> str:
 
 
 @pytest.mark.parametrize("args, stdin, message", [
-    (["render", "-"], "{not json", "-: not valid JSON"),
+    (["render", "-"], "{not json", "standard input: not valid JSON"),
     (["render", "-"], "[]", "connection_info: is not a JSON object"),
     (["render", "-"], "\"text\"", "connection_info: is not a JSON object"),
     (["render", "-"], json.dumps({"driver_volume_type": "local"}), "connection_info.data"),
