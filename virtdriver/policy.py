@@ -225,8 +225,9 @@ def apply_policy(disk: Disk, *, attach_mode: str, multiattach: bool, host_attach
             raise MultiattachNotSupported("an encrypted volume cannot be multiattach: its LUKS "
                                           "layer is not safe to share between guests")
         if attach_mode == "rw" and fmt not in (None, "raw"):
-            raise MultiattachNotSupported(f"a {fmt} volume cannot be shared read-write: libvirt "
-                                          "allows shared write access to raw images only")
+            raise MultiattachNotSupported(f"multiattach with attach_mode 'rw': a {fmt} volume "
+                                          "cannot be shared read-write: libvirt allows shared "
+                                          "write access to raw images only")
         disk.shareable = True
         if driver is not None:
             driver.cache = "none"
