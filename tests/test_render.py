@@ -237,3 +237,77 @@ def test_third_party_driver_through_the_cli(tmp_path) -> None:
           <driver name='qemu' type='raw' cache='none'/>
           <source file='/srv/tape/r2'/>""") in done.stdout
     assert "<shareable/>" in done.stdout and "<readonly/>" in done.stdout
+
+
+# ---- what libvirt 9 or QEMU 7 refuse is refused first, naming the key ---------------------------
+# (tests/test_render_oracle.py checks each rule against the real libvirt and QEMU)
+
+RBD = json.loads((FIXTURES / "connection_info" / "rbd.json").read_text())
+NBD = {"driver_volume_type": "nbd", "data": {"host": "192.0.2.5", "port": 10809}}
+SCSI = {"bus": "scsi", "target_dev": "sdb"}
+UUID = "0b4e3c52-7b3f-4c2c-9e6b-3f6a1d2e4c5f"
+BURST = {"read_iops_sec": 10, "read_iops_sec_max": 10**6}
+
+
+@pytest.mark.parametrize("info, kwargs, message", [
+    (RBD, dict(SCSI, device="lun"), "device 'lun' is not possible with protocol 'rbd'"),
+    (NBD, dict(SCSI, device="lun"), "device 'lun' is not possible with protocol 'nbd'"),
+    (LOCAL, dict(SCSI, device="lun", luks_secret_uuid=UUID), "device 'lun' cannot be encrypted"),
+    (with_data(LOCAL, encrypted=True), dict(SCSI, device="lun"), "cannot be encrypted"),
+    ({"driver_volume_type": "glusterfs", "data": {"export": "192.0.2.5:/vol", "name": "v1"}},
+     dict(SCSI, device="lun", native_glusterfs=True),
+     "device 'lun' is not possible with protocol 'gluster'"),
+    (LOCAL, {"bus": "ide", "target_dev": "hdb", "attach_mode": "ro"}, "attach_mode 'ro'"),
+    (with_data(LOCAL, access_mode="ro"), {"bus": "sata", "target_dev": "sdb"}, "read-only"),
+    (with_data(LOCAL, logical_block_size=4096, physical_block_size=4096),
+     {"bus": "ide", "target_dev": "hdb"}, "logical_block_size: 4096 is not possible on bus"),
+    (with_data(LOCAL, logical_block_size=4096, physical_block_size=512), {},
+     "logical_block_size: 4096 is larger than the physical block size"),
+    (with_data(LOCAL, logical_block_size=4096), {}, "larger than the physical block size"),
+    (with_data(LOCAL, qos_specs={"read_iops_sec": 10**15 + 1}), {},
+     "read_iops_sec: 1000000000000001 is above QEMU's limit"),
+    (with_data(LOCAL, qos_specs={"total_bytes_sec": 1, "total_bytes_sec_max": 10**15 + 1}), {},
+     "total_bytes_sec_max: 1000000000000001 is above"),
+    (with_data(LOCAL, qos_specs={"read_iops_sec": 2**64}), {}, "is not a non-negative integer"),
+    (with_data(LOCAL, qos_specs={"read_iops_sec": "9" * 5000}), {}, "read_iops_sec"),
+    (with_data(LOCAL, qos_specs=dict(BURST, read_iops_sec_max_length=10**9 + 1)), {},
+     "read_iops_sec_max_length: 1000000001 times read_iops_sec_max"),
+    (with_data(LOCAL, qos_specs={"read_bytes_sec": 5, "size_iops_sec": 4096}), {},
+     "size_iops_sec: needs an iops limit"),
+    (with_data(LOCAL, qos_specs={"total_iops_sec_max": 5, "size_iops_sec": 4096}), {},
+     "total_iops_sec_max: needs total_iops_sec"),
+    (with_data(RBD, secret_uuid="a5d0dd9457c4-ae55-ffe0-7e3732a24455"), {}, "secret_uuid"),
+    (with_data(RBD, auth_enabled="false"), {}, "auth_enabled: 'false' is not true or false"),
+    (with_data(RBD, hosts=[], ports=[]), {}, "data.hosts: [] is not a non-empty list"),
+    (with_data(RBD, hosts="192.0.2.10", ports=[]), {}, "data.hosts"),
+    (with_data(LOCAL, encrypted="yes"), {}, "encrypted: 'yes' is not true or false"),
+    (with_data(LOCAL, encrypted=1), {}, "encrypted: 1 is not true or false"),
+    (with_data(LOCAL, discard="false"), {}, "discard: 'false' is not true or false"),
+    (LOCAL, {"mount_base": "/mnt/\x1b[2J"}, "mount_base"),
+    (LOCAL, {"initiator_iqn": "iqn.x\n"}, "initiator_iqn"),
+    (LOCAL, {"native_iscsi": "false"}, "native_iscsi: 'false' is not true or false"),
+    (LOCAL, {"shared_image_label": "system_u:object_r:svirt_image_t:s0"},
+     "only used with label_policy 'explicit'"),
+])
+def test_what_libvirt_or_qemu_refuse_is_refused_first(info: dict, kwargs: dict,
+                                                      message: str) -> None:
+    with pytest.raises(VirtDriverError) as caught:
+        build_disk(info, **kwargs)
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("info, kwargs", [
+    (RBD, {}),
+    (with_data(RBD, secret_uuid="a5d0dd9457c4ae55ffe07e3732a24455"), {}),
+    (with_data(LOCAL, qos_specs={"read_iops_sec": 10**15, "read_iops_sec_max": 10**15,
+                                 "read_iops_sec_max_length": 1}), {}),
+    (with_data(LOCAL, qos_specs=dict(BURST, read_iops_sec_max_length=10**9)), {}),
+    (with_data(LOCAL, qos_specs={"read_iops_sec": "20", "size_iops_sec": "4096"}), {}),
+    (with_data(LOCAL, logical_block_size=512, physical_block_size=4096), {"bus": "ide",
+                                                                          "target_dev": "hdb"}),
+    (with_data(LOCAL, physical_block_size=4096), {}),
+    (LOCAL, dict(SCSI, device="lun", attach_mode="ro")),
+    (LOCAL, {"bus": "usb", "target_dev": "sdb", "attach_mode": "ro"}),
+])
+def test_the_limits_themselves_are_accepted(info: dict, kwargs: dict, schema_valid) -> None:
+    schema_valid(build_disk(info, **kwargs).to_xml())

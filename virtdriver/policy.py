@@ -186,11 +186,13 @@ def check_throttle(values: Mapping[str, int], where: str) -> None:
 
 
 def _check_device(disk: Disk, encrypted: bool) -> None:
-    """``device='lun'`` passes SCSI commands through: a raw block device or QEMU-native iSCSI
-    only (libvirt refuses other protocols, files, other formats and encryption)."""
+    """``device='lun'`` passes SCSI commands through: on a SCSI bus, to a raw block device or
+    QEMU-native iSCSI only (libvirt refuses other protocols, files, formats and encryption)."""
     if disk.device != "lun":
         return
     source, driver = disk.source, disk.driver
+    if disk.target is None or disk.target.bus != "scsi":
+        raise InvalidRenderOption("device 'lun' needs bus 'scsi'")
     protocol = source.protocol if source is not None else None
     if disk.type == "network" and protocol not in LUN_PROTOCOLS:
         raise InvalidRenderOption(f"device 'lun' is not possible with protocol {protocol!r}: "

@@ -163,8 +163,6 @@ def _check_target(target_dev: object, bus: object, device: object, scsi_unit: ob
     if not target_dev.startswith(BUS_PREFIX[bus]):  # type: ignore[index]
         raise InvalidRenderOption(f"target_dev: {show(target_dev)} does not fit bus {show(bus)} "
                                   f"(use {BUS_PREFIX[bus]}X)")  # type: ignore[index]
-    if device == "lun" and bus != "scsi":
-        raise InvalidRenderOption("device 'lun' needs bus 'scsi'")
     if scsi_unit is not None:
         if bus != "scsi":
             raise InvalidRenderOption("scsi_unit is only meaningful with bus 'scsi'")
