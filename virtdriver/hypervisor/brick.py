@@ -125,10 +125,11 @@ def disconnect(protocol: str, properties: dict[str, Any], device_info: dict[str,
                                 _describe(exc)) from None
 
 
-def extend(protocol: str, properties: dict[str, Any], lock_dir: Path) -> int | None:
+def extend(protocol: str, properties: dict[str, Any], lock_dir: Path,
+           **connector_options: Any) -> int | None:
     """os-brick's extend (rescan) for connectors that have one; the new size, or ``None``."""
     try:
-        size = connector_for(protocol, lock_dir).extend_volume(properties)
+        size = connector_for(protocol, lock_dir, **connector_options).extend_volume(properties)
     except NotImplementedError:
         return None
     except Exception as exc:

@@ -75,6 +75,36 @@ class VolumeDriver:
     def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
         raise NotImplementedError
 
+    # ---- what the host side needs (the hypervisor layer asks; a plugin gets the same) ---------
+
+    def connector_options(self, options: RenderOptions) -> dict[str, Any]:
+        """Keyword arguments for os-brick's connector factory (e.g. a share's mount base)."""
+        return {}
+
+    def mount_base(self, options: RenderOptions) -> str | None:
+        """Where the host mounts this protocol's shares (``None``: it mounts nothing)."""
+        return None
+
+    def host_secrets(self, data: Mapping[str, Any], options: RenderOptions) -> list[HostSecret]:
+        """libvirt secrets QEMU needs to open the volume, defined before the attach and removed
+        with the host side (e.g. CHAP for QEMU's own iSCSI initiator)."""
+        return []
+
+    def data_key(self, data: Mapping[str, Any], options: RenderOptions) -> tuple[str, ...] | None:
+        """What names the volume's data before the host connects it, for a protocol whose
+        device path is only known afterwards (an iSCSI target and LUN); ``None``: the rendered
+        source names it."""
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class HostSecret:
+    """A libvirt secret a volume needs: usage type (``iscsi``, ``ceph``), usage name, value."""
+
+    usage_type: str
+    usage: str
+    value: bytes = dataclasses.field(repr=False)
+
 
 # ---- reading ``data`` with messages that say where the problem is ------------------------------
 

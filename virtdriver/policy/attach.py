@@ -1,4 +1,4 @@
-"""The attach policy: the one place that decides read-only, sharing, cache/io, labels, refusals.
+"""The per-disk attach policy: read-only, sharing, cache/io, labels and refusals of one disk.
 
 Protocol drivers say where a volume is; this module says how it may be used:
 
@@ -30,14 +30,15 @@ from virtdriver.config import Disk, SecLabel
 from virtdriver.errors import (
     InvalidAttachMode,
     InvalidConnectionInfo,
+    InvalidRenderOption,
     MultiattachNotSupported,
     UnsafeAttachment,
     show,
 )
+from virtdriver.policy.sharing import DIRECT_CACHE_MODES
 
 ATTACH_MODES: Final = ("ro", "rw")
 LABEL_POLICIES: Final = ("auto", "explicit", "none")
-DIRECT_CACHE_MODES: Final = ("none", "directsync")
 VIRTUAL_IMAGE_CONTEXT = Path("/etc/selinux/targeted/contexts/virtual_image_context")
 
 
@@ -99,7 +100,7 @@ def apply_policy(disk: Disk, *, attach_mode: str, multiattach: bool, host_attach
     """
     check_attach_mode(attach_mode)
     if label_policy not in LABEL_POLICIES:
-        raise UnsafeAttachment(f"label_policy {show(label_policy)} is not one of "
+        raise InvalidRenderOption(f"label_policy {show(label_policy)} is not one of "
                                f"{', '.join(LABEL_POLICIES)}")
     if disk.shareable and not multiattach:
         raise MultiattachNotSupported("a shareable disk was requested for a volume that is not "
