@@ -34,7 +34,7 @@ from virtdriver.errors import HypervisorError
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.hostconn import HostConnections
 from virtdriver.hypervisor.usage import DiskUse, DomainState, host_state, labels_of
-from virtdriver.policy.sharing import Danger, dangers
+from virtdriver.policy.sharing import Danger, Use, dangers
 from virtdriver.tables import table_lines
 
 DANGER_KINDS: Final = ("unshared", "cache", "format", "labels", "identity", "leak", "record")
@@ -187,6 +187,14 @@ def _audit_group(group: list[DiskUse], recorded: list[str]) -> VolumeAudit:
     sources = sorted({a.source for a in attachments if a.source})
     return VolumeAudit(volume, ", ".join(sources), attachments,
                        dangers([u.as_use() for u in group]), any(v in recorded for v in ids))
+
+
+def dangers_of(attachments: list[AuditAttachment]) -> list[Danger]:
+    """What is unsafe about these attachments of one volume (the sharing rules' verdict)."""
+    return dangers([Use(guest=a.guest, guest_uuid=a.guest_uuid, volume=None, data=None,
+                        shareable=a.shareable, readonly=a.mode == "ro", cache=a.cache,
+                        format=a.format, labels=a.labels, device=a.device)
+                    for a in attachments])
 
 
 def _leak(vid: str, record: Path) -> Danger:

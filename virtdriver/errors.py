@@ -160,6 +160,10 @@ class AttachFailed(HypervisorError):
     """Attaching failed; everything done on the way was undone."""
 
 
+class InvalidAttachRequest(InvalidRequest, AttachFailed):
+    """An attach request that names no guest, or one guest twice (bad input, exit 2)."""
+
+
 class VolumeInUse(PolicyRefusal, AttachFailed):
     """The volume (or its data) is attached elsewhere on this host in a way that forbids sharing."""
 

@@ -43,21 +43,22 @@ class LibvirtVolumeDriver:
                  state_dir: str | Path = DEFAULT_STATE_DIR, **host_options: Any) -> None:
         self.options = options or HostOptions(state_dir=Path(state_dir), **host_options)
         self.uri = uri
-        self.host = Host(uri, self.options)
+        self.hosting = Host(uri, self.options)
 
     # Attributes older callers read.
     state_dir = property(lambda self: self.options.state_dir)
     lock_dir = property(lambda self: self.options.lock_dir)
     mount_base = property(lambda self: self.options.mount_base)
     detach_timeout = property(lambda self: self.options.detach_timeout)
-    connection = property(lambda self: self.host.connection)
+    connection = property(lambda self: self.hosting.connection)
+    host = property(lambda self: self.hosting.records)  # the host-connection records
 
     # ---- queries ----------------------------------------------------------------------------
 
     def list_attachments(self, instance: str) -> list[Attachment]:
         """The volumes attached to a guest (live state for a running guest)."""
         found: dict[str, Attachment] = {}
-        for use in self.host.find(instance).disks:
+        for use in self.hosting.find(instance).disks:
             att = Attachment.from_use(use)
             if att is not None and att.volumeId not in found:
                 found[att.volumeId] = att
@@ -65,7 +66,7 @@ class LibvirtVolumeDriver:
 
     def volume_users(self, volume: str) -> list[DiskUse]:
         """Every disk on this host that is ``volume`` (a volume id)."""
-        return [u for s in self.host.states() for u in s.disks if u.volume == volume]
+        return [u for s in self.hosting.states() for u in s.disks if u.volume == volume]
 
     def connector_properties(self, attach_mode: str = "rw", *, my_ip: str = "127.0.0.1",
                              multipath: bool = False) -> dict[str, Any]:
@@ -77,7 +78,7 @@ class LibvirtVolumeDriver:
 
     def capabilities(self) -> dict[str, Any]:
         """What this host supports, read from the running libvirt and QEMU."""
-        return host_capabilities(self.host.connection.get())
+        return host_capabilities(self.hosting.connection.get())
 
     # ---- operations -------------------------------------------------------------------------
 
@@ -92,7 +93,7 @@ class LibvirtVolumeDriver:
         """
         placement = attach_steps.Placement(check_attach_mode(attach_mode), target_dev, bus,
                                            device, luks_secret_uuid)
-        return attach_steps.attach(self.host, connection_info, [instance], [placement])[0]
+        return attach_steps.attach(self.hosting, connection_info, [instance], [placement])[0]
 
     def attach_volume_to_many(self, connection_info: Mapping[str, Any],
                               instances: Sequence[str], *,
@@ -110,7 +111,7 @@ class LibvirtVolumeDriver:
         placements = [attach_steps.Placement(check_attach_mode(
             attach_mode.get(i, "rw") if isinstance(attach_mode, Mapping) else attach_mode,
             f"attach_mode[{i}]")) for i in instances]
-        return attach_steps.attach(self.host, connection_info, instances, placements,
+        return attach_steps.attach(self.hosting, connection_info, instances, placements,
                                    progress=progress, max_parallel=max_parallel)
 
     def detach_volume(self, instance: str, volume_id: str, *, timeout: float | None = None,
@@ -122,12 +123,12 @@ class LibvirtVolumeDriver:
         """
         wait = self.options.detach_timeout if timeout is None else check_timeout(timeout,
                                                                                  "timeout")
-        detach_steps.detach(self.host, instance, volume_id, wait, connection_info)
+        detach_steps.detach(self.hosting, instance, volume_id, wait, connection_info)
 
     def release_volume(self, volume_id: str) -> bool:
         """Release a volume's recorded host connection that no guest on this host uses (after a
         guest vanished behind the driver's back); ``False`` when nothing was recorded."""
-        return detach_steps.release(self.host, volume_id)
+        return detach_steps.release(self.hosting, volume_id)
 
     def swap_volume(self, instance: str, old_connection_info: Mapping[str, Any],
                     new_connection_info: Mapping[str, Any], *,
@@ -139,13 +140,13 @@ class LibvirtVolumeDriver:
         """
         wait = self.options.detach_timeout if timeout is None else check_timeout(timeout,
                                                                                  "timeout")
-        return swap_steps.swap(self.host, instance, old_connection_info, new_connection_info,
+        return swap_steps.swap(self.hosting, instance, old_connection_info, new_connection_info,
                                wait)
 
     def extend_volume(self, instance: str, connection_info: Mapping[str, Any],
                       new_size: int) -> int:
         """Grow an attached volume; returns the size the guest now sees, in bytes."""
-        return swap_steps.extend(self.host, instance, connection_info, new_size)
+        return swap_steps.extend(self.hosting, instance, connection_info, new_size)
 
     def close(self) -> None:
-        self.host.close()
+        self.hosting.close()

@@ -20,7 +20,7 @@ from virtdriver.attachment import Attachment
 from virtdriver.driver.detach import undo_attach
 from virtdriver.driver.host import Host
 from virtdriver.driver.request import VolumeRequest
-from virtdriver.errors import AttachFailed, HypervisorError, InvalidRequest, VirtDriverError
+from virtdriver.errors import AttachFailed, HypervisorError, InvalidAttachRequest, VirtDriverError
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.dataid import data_identity
 from virtdriver.hypervisor.locks import guest_generation, guest_lock
@@ -100,7 +100,7 @@ def _read_host(host: Host, instances: Sequence[str]) -> tuple[list[Target], list
         listed = list_domains(host.connection.get())
         found = [_find_listed(host, listed, instance) for instance in instances]
         if len({d.uuid for d in found}) != len(found):
-            raise InvalidRequest("the same guest is named twice (by name and by UUID)")
+            raise InvalidAttachRequest("the same guest is named twice (by name and by UUID)")
         generations = [guest_generation(lock_dir, d.uuid) for d in found]
         domains = read_domains(listed + [d for d in found if d not in listed])
     except libvirt.libvirtError as exc:

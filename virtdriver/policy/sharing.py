@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from typing import Final, Hashable
 
 from virtdriver.errors import (
-    InvalidRequest,
+    InvalidAttachRequest,
     MultiattachNotSupported,
     SwapRefused,
     VolumeInUse,
@@ -95,10 +95,10 @@ def refuse_fan_out(volume: str, multiattach: bool, guests: Sequence[str]) -> Non
     """Refuse an attach-many request that names no guest, or one guest twice, or several guests
     for a volume that is not multiattach."""
     if not guests:
-        raise InvalidRequest(f"no guest was named to attach volume {volume} to")
+        raise InvalidAttachRequest(f"no guest was named to attach volume {volume} to")
     twice = sorted({g for g in guests if list(guests).count(g) > 1})
     if twice:
-        raise InvalidRequest(f"the same guest is named twice: {', '.join(twice)}")
+        raise InvalidAttachRequest(f"the same guest is named twice: {', '.join(twice)}")
     if len(guests) > 1 and not multiattach:
         raise MultiattachNotSupported(f"volume {volume} is not multiattach; it cannot be "
                                       f"attached to {len(guests)} guests")
@@ -113,7 +113,7 @@ def refuse_swap(old: str, new: str, guest_uuid: str, guest: str, uses: Sequence[
     writers = [u for u in uses if u.volume == old and u.guest_uuid != guest_uuid
                and not u.readonly]
     if writers:
-        raise SwapRefused(f"volume {old} is shared and attached read-write to "
+        raise VolumeInUse(f"volume {old} is shared and attached read-write to "
                           f"{', '.join(_guests(writers))}; swapping {guest} away from it would "
                           "lose their writes")
 
