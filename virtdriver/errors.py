@@ -16,7 +16,10 @@ _REPR.maxother = 80
 
 def show(value: object) -> str:
     """A short, bounded ``repr`` for messages: never huge, never deeply recursive."""
-    return _REPR.repr(value)
+    try:
+        return _REPR.repr(value)
+    except ValueError:  # an int beyond the interpreter's int-to-string limit, wherever it sits
+        return "<a number too long to show>"
 
 
 class VirtDriverError(Exception):

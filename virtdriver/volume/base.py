@@ -113,13 +113,16 @@ def _where(key: str) -> str:
     return f"{DATA}.{key}"
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")  # cannot be encoded: never a path or a name
+
+
 def optional_str(data: Mapping[str, Any], key: str) -> str | None:
     value = data.get(key)
     if value is None:
         return None
     if not isinstance(value, str):
         raise InvalidConnectionInfo(_where(key), f"{show(value)} is not a string")
-    if not value or "\n" in value or "\r" in value or "\x00" in value:
+    if not value or "\n" in value or "\r" in value or "\x00" in value or _SURROGATE.search(value):
         raise InvalidConnectionInfo(_where(key), f"{show(value)} must be a non-empty single line")
     return value
 
@@ -139,12 +142,40 @@ def absolute_path(data: Mapping[str, Any], key: str) -> str:
     return value
 
 
+MAX_DIGITS = 20  # every number we accept fits in 20 digits (libvirt's unsignedLong)
+
+
+def whole_number(value: Any) -> Any:
+    """``value`` as an ``int`` when it is one or a short ASCII digit string; else unchanged.
+
+    Digit strings longer than :data:`MAX_DIGITS` are left as strings (and so refused by the
+    caller's type check) instead of meeting the interpreter's int-from-string limit.
+    """
+    if (isinstance(value, str) and value.isdigit() and value.isascii()
+            and len(value) <= MAX_DIGITS):
+        return int(value)
+    return value
+
+
+def optional_bool(data: Mapping[str, Any], key: str) -> bool:
+    """``data[key]`` as a boolean: only ``true``/``false`` (or absent, false) are accepted.
+
+    A string such as ``"false"`` or a number is refused: read as a truth value it would silently
+    mean the opposite of what was written, or hide a flag such as ``encrypted``.
+    """
+    value = data.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise InvalidConnectionInfo(_where(key), f"{show(value)} is not true or false")
+    return value
+
+
 def port_number(value: Any, where: str) -> int | None:
     """A TCP port given as an integer or a string of digits; ``None`` stays ``None``."""
     if value is None:
         return None
-    if isinstance(value, str) and value.isdigit() and value.isascii():
-        value = int(value)
+    value = whole_number(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
         raise InvalidConnectionInfo(where, f"{show(value)} is not a TCP port number")
     return value

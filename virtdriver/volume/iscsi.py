@@ -22,6 +22,7 @@ from virtdriver.volume.base import (
     optional_str,
     required_str,
     split_portal,
+    whole_number,
 )
 from virtdriver.volume.block import HostBlockDeviceDriver
 
@@ -29,9 +30,7 @@ ISCSI_PORT = 3260
 
 
 def lun_number(data: Mapping[str, Any]) -> int:
-    value = data.get("target_lun", 0)
-    if isinstance(value, str) and value.isdigit() and value.isascii():
-        value = int(value)
+    value = whole_number(data.get("target_lun", 0))
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 16384:
         raise InvalidConnectionInfo(f"{DATA}.target_lun", f"{show(value)} is not a LUN number")
     return value

@@ -15,19 +15,24 @@ from virtdriver.volume.base import (
     VolumeSource,
     auth_username,
     host_name,
+    optional_bool,
     optional_str,
     port_number,
     required_str,
 )
 
 _IMAGE_NAME = re.compile(r"[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+){1,2}")
-_UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}")
+# libvirt's schema: 32 hex digits with all four dashes or with none
+_UUID = re.compile(r"[0-9a-fA-F]{8}(-?)[0-9a-fA-F]{4}\1[0-9a-fA-F]{4}\1[0-9a-fA-F]{4}\1[0-9a-fA-F]{12}")
 
 
-def _list(data: Mapping[str, Any], key: str) -> list[Any]:
-    value = data.get(key) or []
-    if not isinstance(value, list):
-        raise InvalidConnectionInfo(f"{DATA}.{key}", f"{show(value)} is not a list")
+def _list(data: Mapping[str, Any], key: str, *, required: bool = False) -> list[Any]:
+    value = data.get(key)
+    if value is None and not required:
+        return []
+    if not isinstance(value, list) or (required and not value):
+        raise InvalidConnectionInfo(f"{DATA}.{key}", f"{show(value)} is not a non-empty list"
+                                    if required else f"{show(value)} is not a list")
     return value
 
 
@@ -38,7 +43,7 @@ class RBDVolumeDriver(VolumeDriver):
         name = required_str(data, "name")
         if not _IMAGE_NAME.fullmatch(name):
             raise InvalidConnectionInfo(f"{DATA}.name", f"{show(name)} is not 'pool/image'")
-        hosts, ports = _list(data, "hosts"), _list(data, "ports")
+        hosts, ports = _list(data, "hosts", required=True), _list(data, "ports")
         if ports and len(ports) != len(hosts):
             raise InvalidConnectionInfo(f"{DATA}.ports", f"has {len(ports)} entries for "
                                         f"{len(hosts)} hosts")
@@ -46,7 +51,7 @@ class RBDVolumeDriver(VolumeDriver):
             Host(name=host_name(h, f"{DATA}.hosts[{i}]"),
                  port=port_number(ports[i] if ports else None, f"{DATA}.ports[{i}]"))
             for i, h in enumerate(hosts)])
-        if data.get("auth_enabled"):
+        if optional_bool(data, "auth_enabled"):
             uuid = required_str(data, "secret_uuid")
             if not _UUID.fullmatch(uuid):
                 raise InvalidConnectionInfo(f"{DATA}.secret_uuid", f"{show(uuid)} is not a UUID")

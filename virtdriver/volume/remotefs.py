@@ -49,8 +49,9 @@ class RemoteFsVolumeDriver(VolumeDriver):
         if "/" in name or name in (".", ".."):
             raise InvalidConnectionInfo(f"{DATA}.name", f"{show(name)} is not a file name")
         if not options.mount_base:
-            raise InvalidConnectionInfo(f"{DATA}.device_path", "is missing and no mount base "
-                                        "was given to find the file on the share")
+            raise InvalidConnectionInfo(f"{DATA}.device_path", "is missing, so the file is found "
+                                        "on the mounted share: give its mount base (mount_base, "
+                                        "--mount-base on the command line)")
         if not options.mount_base.startswith("/"):
             raise InvalidConnectionInfo("mount_base", f"{show(options.mount_base)} is not absolute")
         return posixpath.join(mount_point(options.mount_base, self.export(data)), name)
