@@ -12,6 +12,7 @@ import contextlib
 import copy
 import dataclasses
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -40,6 +41,7 @@ from virtdriver.hypervisor.connection import Connection, libvirt_message
 from virtdriver.hypervisor.hostconn import HostConnections
 from virtdriver.hypervisor.locks import guest_generation, guest_lock, volume_lock
 from virtdriver.hypervisor.metadata import set_note
+from virtdriver.hypervisor.mounts import check_guest_sees
 from virtdriver.hypervisor.targets import bus_for, pick_target
 from virtdriver.hypervisor.blockcopy import copy_and_pivot
 from virtdriver.hypervisor.usage import (
@@ -287,6 +289,8 @@ class LibvirtVolumeDriver:
             raise VolumeInUse(f"the data of volume {vid} ({describe_source(disk)}) is "
                               f"already used by {', '.join(clash)} under another name; refusing "
                               "to share it")
+        if state.active and disk.source is not None and disk.source.file:
+            check_guest_sees(state.uuid, state.name, disk.source.file, self.mount_base)
         flags = libvirt.VIR_DOMAIN_AFFECT_LIVE if state.active else 0
         if state.persistent:
             flags |= libvirt.VIR_DOMAIN_AFFECT_CONFIG
@@ -430,8 +434,11 @@ class LibvirtVolumeDriver:
         if isinstance(new_size, bool) or not isinstance(new_size, int) or new_size <= 0:
             raise ExtendRefused(f"new size {new_size!r} is not a positive number of bytes")
         alias = ALIAS_PREFIX + vid
-        protocol = get_driver(info.get("driver_volume_type")).brick_protocol_for(
-            self._render_options())
+        kind = get_driver(info.get("driver_volume_type"))
+        protocol = kind.brick_protocol_for(self._render_options())
+        refusal = kind.extend_refusal(self._render_options())
+        if refusal is not None:
+            raise ExtendRefused(f"volume {vid} cannot be extended while attached: {refusal}")
         with volume_lock(self.lock_dir, vid):
             dom = self.connection.domain(instance)
             uses = [u for u in self._domain_disks(dom) if u.alias == alias and u.live]
@@ -446,12 +453,16 @@ class LibvirtVolumeDriver:
             if new_size < current:
                 raise ExtendRefused(f"volume {vid} is {current} bytes; shrinking it to {new_size} "
                                     "would destroy data")
+            grown = None
             if protocol is not None:
                 grown = brick.extend(protocol, dict(info["data"]), self.state_dir,
                                      **self._connector_options(protocol))
-                if grown is not None and grown < new_size:
-                    raise ExtendRefused(f"the host sees volume {vid} at {grown} bytes, less than "
-                                        f"{new_size}: extend it on the storage side first")
+            source = uses[0].disk.source
+            if grown is None and source is not None and source.file:
+                grown = _file_size(source.file)  # a file on a share: QEMU would grow it itself
+            if grown is not None and grown < new_size:
+                raise ExtendRefused(f"the host sees volume {vid} at {grown} bytes, less than "
+                                    f"{new_size}: extend it on the storage side first")
             try:
                 dom.blockResize(target, new_size, libvirt.VIR_DOMAIN_BLOCK_RESIZE_BYTES)
                 return int(dom.blockInfo(target)[0])
@@ -616,6 +627,14 @@ def _running(dom: libvirt.virDomain) -> bool:
         if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
             return False
         raise HypervisorError(f"cannot read guest {dom.name()}", libvirt_message(exc)) from None
+
+
+def _file_size(path: str) -> int | None:
+    """The size of a volume's file as this host sees it (``None``: not visible here)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None
 
 
 def _copy_info(connection_info: Mapping[str, Any]) -> dict[str, Any]:

@@ -125,10 +125,16 @@ def disconnect(protocol: str, properties: dict[str, Any], device_info: dict[str,
                                 _describe(exc)) from None
 
 
-def extend(protocol: str, properties: dict[str, Any], lock_dir: Path) -> int | None:
-    """os-brick's extend (rescan) for connectors that have one; the new size, or ``None``."""
+def extend(protocol: str, properties: dict[str, Any], lock_dir: Path,
+           **connector_options: Any) -> int | None:
+    """os-brick's extend (rescan) for connectors that have one; the new size, or ``None``.
+
+    ``connector_options`` are those the volume was connected with (a share's mount point base):
+    the connector is the same one. Connectors for files on a share have no extend (the file grows
+    on the share and QEMU's block resize does the rest): ``None``.
+    """
     try:
-        size = connector_for(protocol, lock_dir).extend_volume(properties)
+        size = connector_for(protocol, lock_dir, **connector_options).extend_volume(properties)
     except NotImplementedError:
         return None
     except Exception as exc:
