@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_backends import backends, ceph_secret, need  # noqa: F401 - fixtures
+from tests.test_backends import backends, ceph_secret, need, private_mount_base  # noqa: F401
 from virtdriver import LibvirtVolumeDriver
 from virtdriver.errors import AttachFailed, ExtendRefused
 from virtdriver.hypervisor import mounts
@@ -159,22 +159,13 @@ def gluster_file(backends, tmp_path: Path) -> Iterator[str]:
             subprocess.run(["umount", str(scratch)], check=True)
 
 
-@pytest.fixture
-def private_mount_base(tmp_path) -> Iterator[str]:
-    """A mount base nobody prepared: a plain directory on this host's private ``/``."""
-    base = tmp_path / "mnt"
-    base.mkdir()
-    assert not mounts.propagates(base), "this test needs a mount base that does not propagate"
-    yield str(base)
-    while os.path.ismount(base):  # the driver's shared bind mount
-        subprocess.run(["umount", str(base)], check=True)
-
-
 def test_extend_glusterfs_fuse_on_a_private_root(guests, backends, tmp_path,
                                                  private_mount_base) -> None:
     need(backends, "gluster")
     if backends.get("VD_GLUSTER_FUSE") != "1":
         pytest.skip("FUSE mounts do not work here (scripts/test-backends.sh reports why)")
+    if mounts.propagates(private_mount_base):
+        pytest.skip("/ is a shared mount here: mounts propagate without the driver's help")
     early = guests.start("early")  # started before the mount base was ever shared
     driver = LibvirtVolumeDriver("qemu:///system", state_dir=tmp_path / "state",
                                  mount_base=private_mount_base)

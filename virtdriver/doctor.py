@@ -292,19 +292,12 @@ def _says(state: str) -> str:
 
 def connector_check(driver: LibvirtVolumeDriver, facts: dict[str, Any]) -> Check:
     """os-brick's connector properties: what the storage service is told about this host."""
-    import logging
-
-    quiet = logging.getLogger("os_brick")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)  # "Could not find the iSCSI Initiator File" is reported below
-    try:
+    try:  # os-brick's "Could not find the iSCSI Initiator File" is DEBUG, reported below
         props = driver.connector_properties()
     except VirtDriverError as exc:
         return Check("storage", "connector", "warn", str(exc))
     except OSError as exc:  # os-brick's lock directory lives in the state dir
         return Check("storage", "connector", "warn", f"cannot set up os-brick: {exc}")
-    finally:
-        quiet.setLevel(level)
     facts["connector_properties"] = props
     shown = [f"{k}={props[k]}" for k in ("host", "ip", "initiator", "nqn") if props.get(k)]
     missing = [k for k in ("initiator", "nqn") if not props.get(k)]

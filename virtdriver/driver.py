@@ -41,7 +41,7 @@ from virtdriver.hypervisor.connection import Connection, libvirt_message
 from virtdriver.hypervisor.hostconn import HostConnections
 from virtdriver.hypervisor.locks import guest_generation, guest_lock, volume_lock
 from virtdriver.hypervisor.metadata import set_note
-from virtdriver.hypervisor.mounts import check_guest_sees
+from virtdriver.hypervisor.mounts import check_guest_sees, ensure_shared
 from virtdriver.hypervisor.targets import bus_for, pick_target
 from virtdriver.hypervisor.blockcopy import copy_and_pivot
 from virtdriver.hypervisor.usage import (
@@ -101,6 +101,12 @@ class LibvirtVolumeDriver:
         self.native_glusterfs = native_glusterfs
         self.connection = Connection(uri)
         self.host = HostConnections(self.state_dir)
+
+    def prepare_host(self) -> None:
+        """Make the mount base a shared mount point now (a compute service calls this when it
+        starts, before it starts guests). Attaching a share does it too, but a guest started
+        before that cannot see shares mounted later and is refused until it restarts."""
+        ensure_shared(self.mount_base, self.lock_dir)
 
     # ---- queries ----------------------------------------------------------------------------
 
