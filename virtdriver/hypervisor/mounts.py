@@ -41,8 +41,13 @@ class MountEntry:
 
 def read_mountinfo(path: Path = MOUNTINFO) -> list[MountEntry]:
     """The mounts of a process's namespace, in the kernel's order (later ones on top)."""
+    return parse_mountinfo(path.read_text())
+
+
+def parse_mountinfo(text: str) -> list[MountEntry]:
+    """``/proc/PID/mountinfo`` text as entries."""
     entries = []
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         fields = line.split()
         if len(fields) < 7 or "-" not in fields[6:]:
             continue

@@ -23,6 +23,7 @@ from virtdriver.volume.base import (
     split_portal,
 )
 from virtdriver.volume.block import HostBlockDeviceDriver
+from virtdriver.volume import probes
 
 ISCSI_PORT = 3260
 
@@ -55,8 +56,14 @@ class ISCSIVolumeDriver(HostBlockDeviceDriver):
     brick_protocol = "ISCSI"
     io = "native"
 
+    qemu_block_driver = "iscsi"
+    qemu_option = "--native-iscsi"
+
     def brick_protocol_for(self, options: RenderOptions) -> str | None:
         return None if options.native_iscsi else self.brick_protocol
+
+    def host_probe(self) -> tuple[bool, str] | None:
+        return probes.iscsi_initiator()
 
     def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
         if not options.native_iscsi:

@@ -33,6 +33,7 @@ def _list(data: Mapping[str, Any], key: str) -> list[Any]:
 
 class RBDVolumeDriver(VolumeDriver):
     volume_type = "rbd"
+    qemu_block_driver = "rbd"
 
     def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
         name = required_str(data, "name")
