@@ -25,6 +25,7 @@ from virtdriver.driver.host import Host
 from virtdriver.driver.options import DEFAULT_STATE_DIR, HostOptions, check_timeout
 from virtdriver.hypervisor import brick
 from virtdriver.hypervisor.capabilities import host_capabilities
+from virtdriver.hypervisor.mounts import ensure_shared
 from virtdriver.hypervisor.usage import DiskUse
 from virtdriver.policy import check_attach_mode
 
@@ -52,6 +53,12 @@ class LibvirtVolumeDriver:
     detach_timeout = property(lambda self: self.options.detach_timeout)
     connection = property(lambda self: self.hosting.connection)
     host = property(lambda self: self.hosting.records)  # the host-connection records
+
+    def prepare_host(self) -> None:
+        """Make the mount base a shared mount point now (a compute service calls this when it
+        starts, before it starts guests). Attaching a share does it too, but a guest started
+        before that cannot see shares mounted later and is refused until it restarts."""
+        ensure_shared(str(self.options.mount_base), self.options.lock_dir)
 
     # ---- queries ----------------------------------------------------------------------------
 

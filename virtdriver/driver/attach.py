@@ -24,6 +24,7 @@ from virtdriver.errors import AttachFailed, HypervisorError, InvalidAttachReques
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.dataid import data_identity
 from virtdriver.hypervisor.locks import guest_generation, guest_lock
+from virtdriver.hypervisor.mounts import check_guest_sees
 from virtdriver.hypervisor.targets import bus_for, pick_target
 from virtdriver.hypervisor.usage import DiskUse, DomainXml, ListedDomain, list_domains, read_domains
 from virtdriver.policy.identity import alias_for
@@ -184,6 +185,9 @@ def _attach_guest(host: Host, request: VolumeRequest, target: Target, placement:
             others = [u for u in uses if u.guest_uuid != state.uuid] + state.uses()
             refuse_attach(request.vid, data_identity(disk), request.multiattach, state.uuid,
                           state.name, others)
+            if state.active and disk.source is not None and disk.source.file:
+                check_guest_sees(state.uuid, state.name, disk.source.file,
+                                 str(host.options.mount_base))
             flags = libvirt.VIR_DOMAIN_AFFECT_LIVE if state.active else 0
             if state.persistent:
                 flags |= libvirt.VIR_DOMAIN_AFFECT_CONFIG

@@ -21,7 +21,7 @@ import libvirt
 
 from virtdriver.config.secret import LibvirtSecret, SecretUsage
 from virtdriver.errors import HostConnectFailed, StateError
-from virtdriver.hypervisor import brick
+from virtdriver.hypervisor import brick, mounts
 from virtdriver.hypervisor.locks import file_token
 from virtdriver.volume.base import HostSecret
 from virtdriver.secrets import without_secrets
@@ -90,7 +90,14 @@ class HostConnections:
 
     def connect(self, volume_id: str, protocol: str, properties: dict[str, Any],
                 **connector_options: Any) -> dict[str, Any]:
-        """os-brick connect (idempotent for an already connected volume), recorded."""
+        """os-brick connect (idempotent for an already connected volume), recorded.
+
+        A share is mounted below the connector's mount point base: that base is made a shared
+        mount first, so the mount reaches the guests' QEMU (see :mod:`.mounts`).
+        """
+        for key, value in connector_options.items():
+            if key.endswith("_mount_point_base") and value:
+                mounts.ensure_shared(str(value), self.state_dir / "locks")
         record = self.load(volume_id) or HostRecord()  # a damaged record stops us before connecting
         device_info = brick.connect(protocol, properties, self.state_dir, **connector_options)
         record.protocol = protocol

@@ -96,6 +96,25 @@ class VolumeDriver:
         source names it."""
         return None
 
+    # ---- what the host needs, and online extend (read by ``doctor`` and ``extend_volume``) ----
+    # A plugin declares these exactly as a built-in does; ``doctor`` lists every registered type.
+
+    #: QEMU's block driver when QEMU itself can connect the volume (``qemu-img --help`` lists it).
+    qemu_block_driver: ClassVar[str | None] = None
+    #: The host option that makes QEMU connect it, when that is not the default (``--native-...``).
+    qemu_option: ClassVar[str] = ""
+    #: Why an attached volume of this type cannot be grown online, or ``None`` when it can.
+    extend_refused: ClassVar[str | None] = None
+
+    def host_probe(self) -> tuple[bool, str] | None:
+        """Can this host connect the volume itself (kernel, tools)? ``(ok, why)`` in a few words,
+        or ``None`` when the host has no part in it (QEMU connects)."""
+        return None
+
+    def extend_refusal(self, options: RenderOptions) -> str | None:
+        """Why online extend is impossible with these host options (``None``: it is possible)."""
+        return self.extend_refused
+
 
 @dataclasses.dataclass(frozen=True)
 class HostSecret:

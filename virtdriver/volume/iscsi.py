@@ -25,6 +25,7 @@ from virtdriver.volume.base import (
     whole_number,
 )
 from virtdriver.volume.block import HostBlockDeviceDriver
+from virtdriver.volume import probes
 
 ISCSI_PORT = 3260
 
@@ -55,6 +56,9 @@ class ISCSIVolumeDriver(HostBlockDeviceDriver):
     brick_protocol = "ISCSI"
     io = "native"
 
+    qemu_block_driver = "iscsi"
+    qemu_option = "--native-iscsi"
+
     def brick_protocol_for(self, options: RenderOptions) -> str | None:
         return None if options.native_iscsi else self.brick_protocol
 
@@ -69,6 +73,9 @@ class ISCSIVolumeDriver(HostBlockDeviceDriver):
 
     def data_key(self, data: Mapping[str, Any], options: RenderOptions) -> tuple[str, ...] | None:
         return ("iscsi", required_str(data, "target_iqn"), str(lun_number(data)))
+
+    def host_probe(self) -> tuple[bool, str] | None:
+        return probes.iscsi_initiator()
 
     def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
         if not options.native_iscsi:
