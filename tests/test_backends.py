@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
 from virtdriver import LibvirtVolumeDriver
 from virtdriver.errors import HostConnectFailed
+from virtdriver.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
 from virtdriver.hypervisor import mounts
 
 pytestmark = pytest.mark.hypervisor

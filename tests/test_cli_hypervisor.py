@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from .conftest import file_volume
+from .support.volumes import file_volume
 
 pytestmark = pytest.mark.hypervisor
 

@@ -507,7 +507,7 @@ def test_a_running_guests_live_xml_round_trips(guests, volume_driver, loop_devic
                                                tmp_path) -> None:
     import libvirt
 
-    from tests.conftest import file_volume, local_volume
+    from tests.support.volumes import file_volume, local_volume
 
     dom = guests.start("xml")
     images = []

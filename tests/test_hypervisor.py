@@ -9,10 +9,10 @@ from pathlib import Path
 import libvirt
 import pytest
 
-from tests.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
 from virtdriver.errors import AttachFailed, NotAttached, VolumeInUse
+from virtdriver.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
 
-from .conftest import file_volume, local_volume
+from .support.volumes import file_volume, local_volume
 
 pytestmark = pytest.mark.hypervisor
 
