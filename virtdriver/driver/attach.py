@@ -75,13 +75,15 @@ def attach(host: Host, connection_info: Mapping[str, Any], instances: Sequence[s
         for target in targets:
             refuse_attach(request.vid, data, request.multiattach, target.uuid, target.name, uses)
         used_before = users_of(request.vid, data, uses)
+        attaching = False  # the connect's own typed errors (HostConnectFailed, ...) pass unchanged
         try:
             host.connect(request)
+            attaching = True
             results = _attach_all(host, request, targets, placements, uses, max_parallel)
         except VirtDriverError as exc:
             host.drop_after_failure(request, used_before)
             _report_failure(progress, instances, exc)
-            if isinstance(exc, AttachFailed):
+            if isinstance(exc, AttachFailed) or not attaching:
                 raise
             raise AttachFailed(f"attaching volume {request.vid} failed",
                                redact(str(exc), secret_values(request.info))) from None
