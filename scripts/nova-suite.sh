@@ -53,6 +53,6 @@ if [ "$part" != guests ]; then
         2>"${NOVA_SUITE_LOG:-/tmp/virtdriver-nova-suite.log}") || status=1
 fi
 if [ "$part" != suite ]; then
-    (cd "$here" && "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/nova) || status=1
+    (cd "$here" && "$VENV/bin/python" -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning tests/nova) || status=1
 fi
 exit $status
