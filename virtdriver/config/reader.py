@@ -40,8 +40,9 @@ class Unknown:
     kept: tuple[tuple[str, Any, str], ...] = ()
 
 
-_PARSER = etree.XMLParser(remove_blank_text=True, resolve_entities=False, no_network=True,
-                          huge_tree=False)
+# Blank text is kept: in mixed content every space is meaningful. Layout whitespace between
+# elements is ignored by the reader and laid out anew by the writer (see _layout).
+_PARSER = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False)
 _DECLARATION = re.compile(r"\s*<\?xml\s[^>]*\?>")
 
 
@@ -172,7 +173,7 @@ def read(cls: Any, node: etree._Element, strict: bool, path: str) -> Any:
         _read_child(cls, sub, strict, path, values, extra, kept)
         _stray(sub.tail, strict, path, extra)
     if attrs or extra or kept:
-        values["unknown"] = Unknown(tuple(attrs), tuple(extra), tuple(kept))
+        values["unknown"] = Unknown(tuple(attrs), tuple(extra), tuple(sorted(kept, key=_tag)))
     return cls(**values)
 
 
@@ -222,3 +223,7 @@ def _read_child(cls: Any, sub: etree._Element, strict: bool, path: str, values: 
         if not strict:
             kept.append((spec.xml, value, compact(sub)))
     values[spec.field] = value
+
+
+def _tag(kept: tuple[str, Any, str]) -> str:
+    return kept[0]  # kept parts in one order, however the document ordered them
