@@ -15,9 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -25,10 +23,8 @@ from pathlib import Path
 
 import libvirt
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from tests.guests import Guests, open_connection, sparse_file  # noqa: E402
-from virtdriver import LibvirtVolumeDriver, build_disk  # noqa: E402
+from virtdriver import LibvirtVolumeDriver, build_disk
+from virtdriver.guests import DeviceEvents, Guests, detach_and_wait, open_connection, sparse_file
 
 FLAGS = libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_AFFECT_CONFIG
 
@@ -50,14 +46,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     conn = open_connection("qemu:///system")
-    removed: dict[str, threading.Event] = {}
+    events = DeviceEvents(conn)
 
-    def on_removed(_c: object, dom: libvirt.virDomain, alias: str, _o: object) -> None:
-        if alias in removed:
-            removed[alias].set()
-
-    conn.domainEventRegisterAny(None, libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED, on_removed,
-                                None)
     def read_then_attach(xml: str) -> None:
         """The round trips of the driver's host read, then the raw attach: no Python work."""
         running = {d.UUIDString(): d for d in
@@ -71,8 +61,7 @@ def main() -> None:
         dom.attachDeviceFlags(xml, FLAGS)
 
     def raw_detach(xml: str, alias: str) -> None:
-        dom.detachDeviceFlags(xml, FLAGS)
-        removed[alias].wait(30)
+        detach_and_wait(events, dom, xml, alias, timeout=30, flags=FLAGS)
 
     with tempfile.TemporaryDirectory() as tmp, Guests(conn) as guests:
         dom = guests.start("bench")
@@ -86,12 +75,11 @@ def main() -> None:
                     "data": {"volume_id": vid, "device_path": str(image)}}
             xml = build_disk(info, target_dev="sda", bus="scsi", scsi_unit=0).to_xml()
             alias = f"ua-{vid}"
-            removed[alias] = threading.Event()
             times["raw_attach"].append(timed(args.settle, dom.attachDeviceFlags, xml, FLAGS))
             times["raw_detach"].append(timed(args.settle, raw_detach, xml, alias))
             times["attach"].append(timed(args.settle, driver.attach_volume, info, dom.name()))
             times["detach"].append(timed(args.settle, driver.detach_volume, dom.name(), vid))
-            removed[alias].clear()
+            events.clear()  # the driver waited for its own DEVICE_REMOVED
             times["read_attach"].append(timed(args.settle, read_then_attach, xml))
             raw_detach(xml, alias)
         driver.close()

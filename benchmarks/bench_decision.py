@@ -12,17 +12,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from tests.guests import Guests, open_connection, sparse_file  # noqa: E402
-from virtdriver import LibvirtVolumeDriver  # noqa: E402
+from virtdriver import LibvirtVolumeDriver
+from virtdriver.guests import Guests, open_connection, sparse_file
 
 
 def main() -> None:

@@ -22,11 +22,9 @@ from pathlib import Path
 
 import libvirt
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from tests.guests import Guests, open_connection, sparse_file  # noqa: E402
-from virtdriver import LibvirtVolumeDriver, build_disk  # noqa: E402
-from virtdriver.hypervisor import brick  # noqa: E402
+from virtdriver import LibvirtVolumeDriver, build_disk
+from virtdriver.guests import Guests, open_connection, sparse_file
+from virtdriver.hypervisor import brick
 
 FLAGS = libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_AFFECT_CONFIG
 WIDTH = 16

@@ -16,7 +16,7 @@ import secrets
 
 import libvirt
 
-from tests.guests import DeviceEvents, detach_and_wait
+from virtdriver.guests import DeviceEvents, detach_and_wait
 
 _DOMAIN = """<domain type='kvm'>
   <name>{name}</name>
@@ -48,7 +48,7 @@ def start_refusal(conn: libvirt.virConnect, disk_xml: str, *, kvm: bool = True) 
     Slow when it starts (destroying takes about 1.5 s here): for a few examples only. Needed for
     ``<iotune>``, which libvirt 9.0 does not hand to QEMU on a live hot-plug.
     """
-    from virtdriver.guestio import guest_xml
+    from virtdriver.guests import guest_xml
 
     name = f"vdtest-oracle-{secrets.token_hex(4)}"
     xml = guest_xml(name, kvm=kvm).replace("</devices>", disk_xml + "</devices>")

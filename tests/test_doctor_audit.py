@@ -14,12 +14,12 @@ from pathlib import Path
 import libvirt
 import pytest
 
-from tests.guests import DeviceEvents, detach_and_wait
 from virtdriver.audit import AuditAttachment, audit_host, dangers_of
 from virtdriver.cli import main
 from virtdriver.doctor import STATUSES, image_contexts, security_models, selinux_mode
+from virtdriver.guests import DeviceEvents, detach_and_wait
 
-from .conftest import local_volume
+from .support.volumes import local_volume
 
 pytestmark = pytest.mark.hypervisor
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EMBED_CHILD
+from tests.support import EMBED_CHILD
 
 pytestmark = pytest.mark.hypervisor
 ROOT = Path(__file__).resolve().parent.parent

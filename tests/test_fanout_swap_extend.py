@@ -7,7 +7,6 @@ import subprocess
 import libvirt
 import pytest
 
-from tests.guests import LoopDevice, block_info, read_pattern, write_pattern
 from virtdriver.errors import (
     AttachFailed,
     ExtendRefused,
@@ -15,8 +14,9 @@ from virtdriver.errors import (
     NotAttached,
     VolumeInUse,
 )
+from virtdriver.guests import LoopDevice, block_info, read_pattern, write_pattern
 
-from .conftest import file_volume, local_volume
+from .support.volumes import file_volume, local_volume
 
 pytestmark = pytest.mark.hypervisor
 
@@ -70,7 +70,7 @@ def test_fan_out_refuses_one_guest_named_twice(guests, volume_driver, loop_devic
 
 
 def test_fan_out_is_all_or_nothing(guests, volume_driver, loop_device, system_conn) -> None:
-    from tests.guests import guest_xml, kvm_available
+    from virtdriver.guests import guest_xml, kvm_available
 
     doms = [guests.start(f"f{i}") for i in range(2)]
     # A third guest without a SCSI controller: its disk goes on virtio, and QEMU refuses to

@@ -43,16 +43,8 @@ from typing import Any
 import libvirt
 import pytest
 
-from tests.conftest import file_volume, local_volume
-from tests.guests import (
-    Guests,
-    guest_xml,
-    open_connection,
-    read_pattern,
-    sparse_file,
-    write_pattern,
-)
-from tests.invariants import InvariantChecker, volume_disks
+from tests.support.invariants import InvariantChecker, volume_disks
+from tests.support.volumes import file_volume, local_volume
 from virtdriver.errors import (
     AttachFailed,
     DetachTimeout,
@@ -61,6 +53,7 @@ from virtdriver.errors import (
     NotAttached,
     VirtDriverError,
 )
+from virtdriver.guests import Guests, open_connection, read_pattern, sparse_file, write_pattern
 from virtdriver.hypervisor.locks import lock_is_free
 
 pytestmark = pytest.mark.hypervisor
@@ -126,15 +119,10 @@ def destroy_from_another_thread(dom: libvirt.virDomain) -> None:
         raise failure[0]
 
 
-def start_acpi_guest(conn: libvirt.virConnect, guests: Guests, name: str) -> libvirt.virDomain:
+def start_acpi_guest(guests: Guests, name: str) -> libvirt.virDomain:
     """A persistent guest with ACPI: virtio disks hot-plug, but their unplug waits for a guest
     OS that this guest does not have."""
-    full = guests.unique_name(name)
-    xml = guest_xml(full, kvm=guests.kvm).replace("</os>", "</os>\n  <features><acpi/></features>")
-    dom = conn.defineXML(xml)
-    guests._made[full] = True  # removed with the others  # noqa: SLF001
-    dom.create()
-    return dom
+    return guests.start(name, acpi=True)
 
 
 # ---- (a) the host connect fails -------------------------------------------------------------------
@@ -259,7 +247,7 @@ def test_b_a_refused_attach_keeps_the_other_guests_attachment(
 
 @pytest.fixture(scope="module")
 def private_libvirtd() -> Iterator[Any]:
-    from tests import private_libvirtd as pl
+    from tests.support import private_libvirtd as pl
 
     reason = pl.available()
     if reason is not None:
@@ -363,7 +351,7 @@ def test_d_a_guest_stopped_while_the_detach_waits_ends_the_wait(
     event ends the wait (the device went with the guest) instead of the full timeout."""
     import threading
 
-    a = start_acpi_guest(system_conn, guests, "acpi")
+    a = start_acpi_guest(guests, "acpi")
     info = file_volume(str(raw_file(tmp_path)), multiattach=False)
     vid = info["data"]["volume_id"]
     volume_driver.attach_volume(info, a.name(), bus="virtio")
@@ -382,7 +370,7 @@ def test_d_a_guest_that_does_not_release_keeps_the_attachment_until_it_does(
         guests, volume_driver, system_conn, tmp_path) -> None:
     """An ACPI guest's virtio disk is unplugged only when the guest OS confirms it, which this
     OS-less guest never does by itself: the detach times out, for real."""
-    a = start_acpi_guest(system_conn, guests, "acpi")
+    a = start_acpi_guest(guests, "acpi")
     info = file_volume(str(raw_file(tmp_path)), multiattach=False)
     vid = info["data"]["volume_id"]
     volume_driver.attach_volume(info, a.name(), bus="virtio")

@@ -1,73 +1,19 @@
-"""Proof that tests/guests.py works against the real libvirtd and embedded driver."""
+"""Proof that virtdriver.guests works against the real libvirtd and embedded driver."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import libvirt
 import pytest
 from lxml import etree
 
-try:  # tests/ as a package (python -m pytest from the repo root) or rootdir-less
-    from tests import guests as g
-except ImportError:  # pragma: no cover
-    import guests as g  # type: ignore[no-redef]
+from tests.support.volumes import disk_xml
+from virtdriver import guests as g
 
 SCHEMA = Path("/usr/share/libvirt/schemas/domain.rng")
-
-
-def disk_xml(
-    source: str | os.PathLike[str],
-    alias: str,
-    *,
-    target: str = "sda",
-    readonly: bool = False,
-    shareable: bool = False,
-    block: bool = False,
-) -> str:
-    kind, attr = ("block", "dev") if block else ("file", "file")
-    flags = ("<readonly/>" if readonly else "") + ("<shareable/>" if shareable else "")
-    return (
-        f"<disk type='{kind}' device='disk'>"
-        "<driver name='qemu' type='raw' cache='none'/>"
-        f"<source {attr}='{os.fspath(source)}'/>"
-        f"<target dev='{target}' bus='scsi'/>{flags}"
-        f"<alias name='{alias}'/></disk>"
-    )
-
-
-def _open_or_skip(uri: str) -> libvirt.virConnect:
-    try:
-        return g.open_connection(uri)
-    except libvirt.libvirtError as exc:
-        pytest.skip(f"cannot open {uri}: {exc}")
-
-
-@pytest.fixture(scope="module")
-def conn() -> Iterator[libvirt.virConnect]:
-    c = _open_or_skip(g.SYSTEM_URI)
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def guests(conn: libvirt.virConnect) -> Iterator[g.Guests]:
-    with g.Guests(conn) as gs:
-        yield gs
-
-
-@pytest.fixture
-def events(conn: libvirt.virConnect) -> Iterator[g.DeviceEvents]:
-    with g.DeviceEvents(conn) as ev:
-        yield ev
-
-
-@pytest.fixture
-def raw_file(tmp_path: Path) -> Path:
-    return g.sparse_file(tmp_path / "vol.raw")
 
 
 # --------------------------------------------------------------------------
@@ -109,8 +55,8 @@ def test_embed_root_of() -> None:
 
 
 @pytest.mark.hypervisor
-def test_guests_start_and_cleanup(conn: libvirt.virConnect) -> None:
-    with g.Guests(conn) as gs:
+def test_guests_start_and_cleanup(system_conn: libvirt.virConnect) -> None:
+    with g.Guests(system_conn) as gs:
         persistent = gs.start("p")
         transient = gs.start("t", persistent=False)
         gone = gs.start("gone")
@@ -128,13 +74,12 @@ def test_guests_start_and_cleanup(conn: libvirt.virConnect) -> None:
         names = gs.names
     for name in names:
         with pytest.raises(libvirt.libvirtError) as err:
-            conn.lookupByName(name)
+            system_conn.lookupByName(name)
         assert err.value.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN
 
 
 @pytest.mark.hypervisor
 def test_attach_write_share_readonly_detach(
-    conn: libvirt.virConnect,
     guests: g.Guests,
     events: g.DeviceEvents,
     raw_file: Path,

@@ -26,7 +26,7 @@ from virtdriver.errors import VirtDriverError
 from virtdriver.policy import THROTTLE_MAX
 from virtdriver.render import QOS_KEYS
 
-from tests.guests import kvm_available
+from virtdriver.guests import kvm_available
 
 from .libvirt_oracle import HotPlugOracle, define_refusal, start_refusal
 
@@ -332,7 +332,7 @@ def test_block_sizes_qemu_refuses_at_start_are_refused(system_conn, tmp_path) ->
     created; a transient guest that starts with such a disk shows it, and render refuses both."""
     import libvirt
 
-    from tests.guests import guest_xml
+    from virtdriver.guests import guest_xml
 
     image = tmp_path / "b.raw"
     image.write_bytes(b"")

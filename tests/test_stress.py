@@ -4,7 +4,7 @@ Eight guests (six persistent, two transient), one multiattach volume (a loop dev
 one volume that is not multiattach (a raw file, GPFS). In every round the test's own threads
 (sharing one LibvirtVolumeDriver) and two worker processes (each with its own driver and
 threads, all sharing one state_dir) issue random attach/detach calls with random ro/rw; after
-the round the invariants of tests/invariants.py are checked against libvirt's live state.
+the round the invariants of tests/support/invariants.py are checked against libvirt's live state.
 
 ``VIRTDRIVER_STRESS_ROUNDS`` (default 30, about 25 s) sets the number of rounds.
 """
@@ -23,10 +23,10 @@ from typing import IO, Any
 
 import pytest
 
-from tests.conftest import file_volume, local_volume
-from tests.guests import sparse_file
-from tests.invariants import InvariantChecker, volume_disks
-from tests.stress_ops import StressVolume, Tally, run_round
+from tests.support.invariants import InvariantChecker, volume_disks
+from tests.support.stress_ops import StressVolume, Tally, run_round
+from tests.support.volumes import file_volume, local_volume
+from virtdriver.guests import sparse_file
 
 pytestmark = pytest.mark.hypervisor
 
@@ -42,13 +42,13 @@ REPLY_TIMEOUT = 180.0
 
 
 class Worker:
-    """A worker process (tests/stress_worker.py) and a thread reading its answers."""
+    """A worker process (tests/support/stress_worker.py) and a thread reading its answers."""
 
     def __init__(self, setup: dict[str, Any], log: Path) -> None:
         self.name = setup["name"]
         self.log = log
         with open(log, "w") as stderr:  # a file: an undrained pipe would block the worker
-            self.proc = subprocess.Popen([sys.executable, "-m", "tests.stress_worker"],
+            self.proc = subprocess.Popen([sys.executable, "-m", "tests.support.stress_worker"],
                                          cwd=ROOT, stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=stderr, text=True)
         assert self.proc.stdin is not None and self.proc.stdout is not None

@@ -17,11 +17,8 @@ own (a subprocess in tests), never inside another libvirt user.
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import contextlib
 import os
-import re
-import secrets
 import shutil
 import signal
 import subprocess
@@ -43,24 +40,21 @@ os.environ.setdefault("LIBVIRT_LOG_OUTPUTS", "4:file:/dev/null")
 import libvirt  # noqa: E402
 
 from virtdriver.errors import VirtDriverError, VolumeInUse  # noqa: E402
-from virtdriver.guestio import (  # noqa: E402
+from virtdriver.guests import (  # noqa: E402
+    SYSTEM_URI,
+    Guests,
+    LoopDevice,
+    LoopDeviceError,
     QemuIoError,
     ReadOnlyWrite,
-    guest_xml,
-    kvm_available,
+    ensure_event_loop,
+    prepare_embed_root,
     read_pattern,
     write_pattern,
 )
-from virtdriver.hypervisor.events import ensure_event_loop  # noqa: E402
 
-SYSTEM_URI = "qemu:///system"
-EMBED_QEMU_CONF = 'user = "root"\ngroup = "root"\nsecurity_driver = "none"\n'
-CAPS_CACHES = (Path("/var/tmp/vdtest-embed-qemu-caps"),
-               Path("/var/cache/libvirt/qemu/capabilities"))
 VOLUME_BYTES = 32 * 1024 * 1024
 PATTERN = 0x5A
-KVM_FAILURES = ("Could not access KVM kernel module", "failed to initialize kvm",
-                "failed to initialize KVM", "does not support virt type 'kvm'")
 
 
 class DemoFailed(Exception):
@@ -76,88 +70,41 @@ class Workspace:
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="vddemo-", dir="/tmp"))  # short: socket paths
         self.conn: libvirt.virConnect | None = None
-        self.guest_names: list[str] = []
-        self.loop_device: str | None = None
-        self.kvm = kvm_available()
+        self.guests: Guests | None = None
+        self.loop: LoopDevice | None = None
         self.closers: list[Callable[[], None]] = []
 
     def open(self, uri: str | None) -> str:
         """Open ``uri``, or by default an embedded driver under the workspace (else system)."""
         ensure_event_loop()  # before any open: events, and embed refuses to open without it
         if uri is None:
-            embed = self.prepare_embed_root(self.dir / "r")
+            # QEMU as root (so it can open /dev/kvm), a seeded capabilities cache (the first
+            # guest then starts in a fraction of a second)
+            embed = prepare_embed_root(self.dir / "r", seed=True)
             try:
                 self.conn = libvirt.open(embed)
-                return embed
             except libvirt.libvirtError:
                 uri = SYSTEM_URI
-        self.conn = libvirt.open(uri)
+            else:
+                uri = embed
+        if self.conn is None:
+            self.conn = libvirt.open(uri)
+        # Our own embedded driver has no other users; the system host is shared: unique names.
+        self.guests = Guests(self.conn, prefix="", unique=not uri.startswith("qemu:///embed"),
+                             memory_mib=128)
         return uri
 
-    @staticmethod
-    def prepare_embed_root(root: Path) -> str:
-        """An embed root where QEMU runs as root (so it can open /dev/kvm), with a seeded QEMU
-        capabilities cache (the first guest then starts in a fraction of a second)."""
-        (root / "etc").mkdir(parents=True)
-        (root / "etc" / "qemu.conf").write_text(EMBED_QEMU_CONF)
-        for cache in CAPS_CACHES:
-            seeds = sorted(cache.glob("*.xml")) if cache.is_dir() else []
-            if seeds:
-                dest = root / "cache" / "qemu" / "capabilities"
-                dest.mkdir(parents=True)
-                for seed in seeds:
-                    with contextlib.suppress(OSError):
-                        shutil.copyfile(seed, dest / seed.name)
-                break
-        return f"qemu:///embed?root={root}"
+    @property
+    def kvm(self) -> bool:
+        return self.guests is not None and self.guests.kvm
 
     def start_guest(self, name: str) -> libvirt.virDomain:
-        assert self.conn is not None
-        self.guest_names.append(name)  # before creating: an interrupt may land right after it
-        try:
-            dom = self.conn.createXML(guest_xml(name, kvm=self.kvm), 0)
-        except libvirt.libvirtError as exc:
-            if not (self.kvm and any(m in str(exc) for m in KVM_FAILURES)):
-                raise
-            self.kvm = False  # no usable KVM after all: emulate
-            dom = self.conn.createXML(guest_xml(name, kvm=False), 0)
-        return dom
-
-    @property
-    def backing_file(self) -> Path:
-        return self.dir / "volume.raw"
+        assert self.guests is not None
+        return self.guests.start(name, persistent=False)  # transient: destroyed is gone
 
     def loop_over_sparse_file(self, size: int) -> str:
-        backing = self.backing_file
-        with open(backing, "wb") as fh:
-            fh.truncate(size)
-        out = subprocess.run(["losetup", "--find", "--show", str(backing)], check=True,
-                             capture_output=True, text=True).stdout.strip()
-        if not re.fullmatch(r"/dev/loop\d+", out):
-            raise DemoFailed(f"unexpected losetup output {out!r}")
-        self.loop_device = out  # exactly this device is detached again, never -D
-        return out
-
-    def _destroy(self, name: str) -> list[str]:
-        if self.conn is None:
-            return []
-        try:
-            self.conn.lookupByName(name).destroy()  # transient: destroyed is gone
-        except libvirt.libvirtError as exc:
-            if exc.get_error_code() not in (libvirt.VIR_ERR_NO_DOMAIN,
-                                            libvirt.VIR_ERR_OPERATION_INVALID):
-                return [f"guest {name}: {exc}"]
-        return []
-
-    def _our_loop_devices(self) -> list[str]:
-        """The device we got, and any other bound to our own backing file (an interrupt can
-        land between losetup binding one and us reading its name)."""
-        found = {self.loop_device} if self.loop_device else set()
-        if self.backing_file.exists():
-            listed = subprocess.run(["losetup", "-j", str(self.backing_file)],
-                                    capture_output=True, text=True).stdout
-            found |= {line.split(":", 1)[0] for line in listed.splitlines() if ":" in line}
-        return sorted(d for d in found if re.fullmatch(r"/dev/loop\d+", d))
+        self.loop = LoopDevice(size, directory=self.dir)
+        return self.loop.attach()
 
     def clean(self) -> list[str]:
         """Remove guests, the loop device and the temp dir; returns what could not be removed."""
@@ -166,16 +113,14 @@ class Workspace:
             with contextlib.suppress(Exception):
                 close()
         self.closers.clear()
-        # libvirt waits for each QEMU to be reaped (about 1.5 s here): destroy them together
-        with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-            for found in pool.map(self._destroy, self.guest_names):
-                problems += found
-        self.guest_names.clear()
-        for device in self._our_loop_devices():
-            done = subprocess.run(["losetup", "-d", device], capture_output=True, text=True)
-            if done.returncode != 0 and "No such device" not in done.stderr:
-                problems.append(f"{device}: {done.stderr.strip()}")
-        self.loop_device = None
+        if self.guests is not None:
+            problems += [f"guest {name}: {exc}" for name, exc in self.guests.remove_all()]
+        if self.loop is not None:
+            try:
+                self.loop.detach()
+            except LoopDeviceError as exc:
+                problems.append(str(exc))
+            self.loop = None
         if self.conn is not None:
             with contextlib.suppress(libvirt.libvirtError):
                 self.conn.close()
@@ -213,7 +158,7 @@ ATTACHMENT_COLUMNS = [("server_name", "Guest"), ("device", "Device"), ("attach_m
 
 
 def attachments_table(driver: Any, guests: Sequence[str]) -> list[str]:
-    from virtdriver.cli_ops import table_lines
+    from virtdriver.tables import table_lines
 
     rows = [a.to_api() | {"shareable": "yes" if a.shareable else "no"}
             for g in guests for a in driver.list_attachments(g)]
@@ -225,12 +170,11 @@ def run(story: Story, ws: Workspace, uri: str | None) -> None:
 
     uri = ws.open(uri)
     embedded = uri.startswith("qemu:///embed")
-    suffix = "" if embedded else "-" + secrets.token_hex(3)  # the system host is shared
     story.say(f"virtdriver demo: one multiattach volume shared by two running guests\n"
               f"   libvirt: {'qemu:///embed (in this process, no daemon)' if embedded else uri}")
 
     story.next("Start two guests with no OS, a virtio-scsi controller each")
-    a, b = ws.start_guest(f"guest-a{suffix}"), ws.start_guest(f"guest-b{suffix}")
+    a, b = ws.start_guest("guest-a"), ws.start_guest("guest-b")
     story.result(f"{a.name()} and {b.name()} running "
                  f"({'KVM' if ws.kvm else 'TCG emulation: no usable KVM'})")
 
@@ -331,9 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ndemo: interrupted", file=sys.stderr)
         status = 130
-    except (DemoFailed, QemuIoError, VirtDriverError, libvirt.libvirtError,
-            subprocess.CalledProcessError,
-            OSError) as exc:
+    except (DemoFailed, QemuIoError, LoopDeviceError, VirtDriverError, libvirt.libvirtError,
+            subprocess.CalledProcessError, OSError) as exc:
         print(f"\ndemo: error: {' '.join(str(exc).split())}", file=sys.stderr)
         status = 1
     finally:

@@ -20,6 +20,7 @@ from virtdriver.policy import (
     effective_attach_mode,
 )
 from virtdriver.volume.base import RenderOptions, optional_bool, whole_number
+from virtdriver.policy.identity import UUID_PATTERN, alias_for, check_volume_id
 from virtdriver.volume.registry import get_driver
 
 LOG = logging.getLogger(__name__)
@@ -31,8 +32,6 @@ UNSIGNED_LONG_MAX: Final = 2**64 - 1  # libvirt's schema type for every <iotune>
 
 _TARGET_DEV = re.compile(r"(vd|sd|hd)[a-z]{1,3}")
 _SERIAL = re.compile(r"[A-Za-z0-9_.+\- ]{1,255}")
-_ALIAS_ID = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
-_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
 QOS_KEYS: Final = frozenset(f"{kind}_{unit}_sec{suffix}"
                             for kind in ("total", "read", "write") for unit in ("bytes", "iops")
@@ -44,11 +43,13 @@ def build_disk(connection_info: Mapping[str, Any], *, attach_mode: str = "rw",
                scsi_unit: int | None = None, luks_secret_uuid: str | None = None,
                mount_base: str | None = None, label_policy: str = "auto",
                shared_image_label: str | None = None, native_iscsi: bool = False,
-               native_glusterfs: bool = False, initiator_iqn: str | None = None) -> Disk:
+               native_glusterfs: bool = False, initiator_iqn: str | None = None,
+               alias: str | None = None) -> Disk:
     """Render the ``<disk>`` for a volume.
 
     Raises a :class:`~virtdriver.errors.VirtDriverError` subclass naming the offending input for
-    anything invalid or unsafe; never returns XML libvirt's schema would reject.
+    anything invalid or unsafe; never returns XML libvirt's schema would reject. ``alias``
+    overrides the volume's own user alias (a guest that already holds that alias).
     """
     if not _is_mapping(connection_info):
         raise InvalidConnectionInfo("connection_info", "is not a JSON object")
@@ -88,11 +89,11 @@ def build_disk(connection_info: Mapping[str, Any], *, attach_mode: str = "rw",
     if qos is not None:
         disk.iotune = iotune_from_qos(qos)
     if luks_secret_uuid is not None:
-        if not isinstance(luks_secret_uuid, str) or not _UUID.fullmatch(luks_secret_uuid):
+        if not isinstance(luks_secret_uuid, str) or not UUID_PATTERN.fullmatch(luks_secret_uuid):
             raise InvalidRenderOption(f"luks_secret_uuid: {show(luks_secret_uuid)} is not a UUID")
         disk.encryption = Encryption(format="luks",
                                      secret=Secret(type="passphrase", uuid=luks_secret_uuid))
-    alias = user_alias(connection_info)
+    alias = alias or user_alias(connection_info)
     if alias is not None:
         disk.alias = Alias(name=alias)
     if scsi_unit is not None:
@@ -140,16 +141,13 @@ def volume_id(connection_info: Mapping[str, Any]) -> str | None:
         value, where = connection_info.get("serial"), "connection_info.serial"
     if value is None:
         return None
-    if not isinstance(value, str) or not _ALIAS_ID.fullmatch(value):
-        raise InvalidConnectionInfo(where, f"{show(value)} is not a volume id (letters, digits, "
-                                    "'-', '_' and '.')")
-    return value
+    return check_volume_id(value, where)
 
 
 def user_alias(connection_info: Mapping[str, Any]) -> str | None:
-    """``ua-<volume id>``, the alias by which the attachment is found again; ``None`` if no id."""
+    """``ua-<encoded volume id>``, the alias by which the attachment is found again."""
     vid = volume_id(connection_info)
-    return None if vid is None else f"ua-{vid}"
+    return None if vid is None else alias_for(vid)
 
 
 def _check_target(target_dev: object, bus: object, device: object, scsi_unit: object) -> None:

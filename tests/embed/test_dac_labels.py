@@ -38,18 +38,19 @@ from typing import Any
 import libvirt
 import pytest
 
-from tests.conftest import EMBED_CHILD, file_volume, local_volume
-from tests.guests import (
+from tests.support import EMBED_CHILD
+from tests.support.volumes import file_volume, local_volume
+from virtdriver.errors import AttachFailed
+from virtdriver.guests import (
     Guests,
     LoopDevice,
     ReadOnlyWrite,
     block_info,
-    embed_uri,
     open_connection,
+    prepare_embed_root,
     read_pattern,
     write_pattern,
 )
-from virtdriver.errors import AttachFailed
 
 pytestmark = pytest.mark.hypervisor
 
@@ -102,14 +103,9 @@ def qemu_ids() -> tuple[int, int]:
 
 @pytest.fixture(scope="module")
 def dac_conn() -> Iterator[libvirt.virConnect]:
-    from tests import guests as g
-
     root = Path(tempfile.mkdtemp(prefix="vddac-", dir="/tmp"))
     os.chmod(root, 0o755)  # QEMU as libvirt-qemu must reach its master key below it
-    (root / "etc").mkdir()
-    (root / "etc" / "qemu.conf").write_text(DAC_QEMU_CONF)
-    g._seed_embed_caps(root)  # noqa: SLF001 - the shared capabilities seed
-    conn = open_connection(embed_uri(root))
+    conn = open_connection(prepare_embed_root(root, qemu_conf=DAC_QEMU_CONF, seed=True))
     try:
         assert "<model>dac</model>" in conn.getCapabilities()
         yield conn
@@ -166,7 +162,7 @@ def ownership(path: str | Path) -> tuple[int, int, int]:
 
 
 def qemu_pid(dom: libvirt.virDomain) -> int:
-    from tests.guests import embed_root_of
+    from virtdriver.guests import embed_root_of
 
     root = embed_root_of(dom.connect().getURI())
     assert root is not None

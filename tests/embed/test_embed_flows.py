@@ -4,43 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.guests import (
-    Guests,
-    ReadOnlyWrite,
-    block_info,
-    embed_uri,
-    open_connection,
-    process_embed_root,
-    read_pattern,
-    write_pattern,
-)
+from tests.support.volumes import local_volume
 from virtdriver.errors import AttachFailed, VolumeInUse
-
-from tests.conftest import local_volume
+from virtdriver.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
 
 pytestmark = pytest.mark.hypervisor
-
-
-@pytest.fixture(scope="module")
-def embed_conn():
-    conn = open_connection(embed_uri(process_embed_root()))
-    yield conn
-    conn.close()
-
-
-@pytest.fixture
-def embed_guests(embed_conn):
-    with Guests(embed_conn) as made:
-        yield made
-
-
-@pytest.fixture
-def embed_driver(tmp_path, embed_conn):
-    from virtdriver import LibvirtVolumeDriver
-
-    driver = LibvirtVolumeDriver(embed_uri(process_embed_root()), state_dir=tmp_path / "state")
-    yield driver
-    driver.close()
 
 
 def test_multiattach_flow_through_embed(embed_guests, embed_driver, loop_device) -> None:

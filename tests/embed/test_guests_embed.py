@@ -1,23 +1,15 @@
-"""tests/guests.py against the embedded driver (run in its own process, see tests/test_embed.py)."""
+"""virtdriver.guests against the embedded driver (in its own process, see tests/test_embed.py)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import libvirt
 import pytest
 
-from tests import guests as g
-from tests.test_guests_support import _open_or_skip, disk_xml, raw_file  # noqa: F401
-
-
-@pytest.fixture(scope="module")
-def embed_conn() -> Iterator[libvirt.virConnect]:
-    c = _open_or_skip(g.embed_uri(g.process_embed_root()))
-    yield c
-    c.close()
+from tests.support.volumes import disk_xml
+from virtdriver import guests as g
 
 
 @pytest.mark.hypervisor

@@ -75,6 +75,55 @@ class VolumeDriver:
     def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
         raise NotImplementedError
 
+    # ---- what the host side needs (the hypervisor layer asks; a plugin gets the same) ---------
+
+    def connector_options(self, options: RenderOptions) -> dict[str, Any]:
+        """Keyword arguments for os-brick's connector factory (e.g. a share's mount base)."""
+        return {}
+
+    def mount_base(self, options: RenderOptions) -> str | None:
+        """Where the host mounts this protocol's shares (``None``: it mounts nothing)."""
+        return None
+
+    def host_secrets(self, data: Mapping[str, Any], options: RenderOptions) -> list[HostSecret]:
+        """libvirt secrets QEMU needs to open the volume, defined before the attach and removed
+        with the host side (e.g. CHAP for QEMU's own iSCSI initiator)."""
+        return []
+
+    def data_key(self, data: Mapping[str, Any], options: RenderOptions) -> tuple[str, ...] | None:
+        """What names the volume's data before the host connects it, for a protocol whose
+        device path is only known afterwards (an iSCSI target and LUN); ``None``: the rendered
+        source names it."""
+        return None
+
+    # ---- what the host needs, and online extend (read by ``doctor`` and ``extend_volume``) ----
+    # A plugin declares these exactly as a built-in does; ``doctor`` lists every registered type.
+
+    #: QEMU's block driver when QEMU itself can connect the volume (``qemu-img --help`` lists it).
+    qemu_block_driver: ClassVar[str | None] = None
+    #: The host option that makes QEMU connect it, when that is not the default (``--native-...``).
+    qemu_option: ClassVar[str] = ""
+    #: Why an attached volume of this type cannot be grown online, or ``None`` when it can.
+    extend_refused: ClassVar[str | None] = None
+
+    def host_probe(self) -> tuple[bool, str] | None:
+        """Can this host connect the volume itself (kernel, tools)? ``(ok, why)`` in a few words,
+        or ``None`` when the host has no part in it (QEMU connects)."""
+        return None
+
+    def extend_refusal(self, options: RenderOptions) -> str | None:
+        """Why online extend is impossible with these host options (``None``: it is possible)."""
+        return self.extend_refused
+
+
+@dataclasses.dataclass(frozen=True)
+class HostSecret:
+    """A libvirt secret a volume needs: usage type (``iscsi``, ``ceph``), usage name, value."""
+
+    usage_type: str
+    usage: str
+    value: bytes = dataclasses.field(repr=False)
+
 
 # ---- reading ``data`` with messages that say where the problem is ------------------------------
 

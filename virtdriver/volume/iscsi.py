@@ -15,6 +15,7 @@ from virtdriver.config import IQN, Auth, Host, Initiator, Secret, Source
 from virtdriver.errors import InvalidConnectionInfo, show
 from virtdriver.volume.base import (
     DATA,
+    HostSecret,
     RenderOptions,
     VolumeSource,
     auth_username,
@@ -24,6 +25,7 @@ from virtdriver.volume.base import (
     whole_number,
 )
 from virtdriver.volume.block import HostBlockDeviceDriver
+from virtdriver.volume import probes
 
 ISCSI_PORT = 3260
 
@@ -54,8 +56,26 @@ class ISCSIVolumeDriver(HostBlockDeviceDriver):
     brick_protocol = "ISCSI"
     io = "native"
 
+    qemu_block_driver = "iscsi"
+    qemu_option = "--native-iscsi"
+
     def brick_protocol_for(self, options: RenderOptions) -> str | None:
         return None if options.native_iscsi else self.brick_protocol
+
+    def host_secrets(self, data: Mapping[str, Any], options: RenderOptions) -> list[HostSecret]:
+        if not options.native_iscsi or not uses_chap(data):
+            return []
+        password = data.get("auth_password")
+        if not isinstance(password, str) or not password:
+            raise InvalidConnectionInfo(f"{DATA}.auth_password", "is missing for CHAP")
+        usage = chap_secret_usage(required_str(data, "target_iqn"), lun_number(data))
+        return [HostSecret("iscsi", usage, password.encode())]
+
+    def data_key(self, data: Mapping[str, Any], options: RenderOptions) -> tuple[str, ...] | None:
+        return ("iscsi", required_str(data, "target_iqn"), str(lun_number(data)))
+
+    def host_probe(self) -> tuple[bool, str] | None:
+        return probes.iscsi_initiator()
 
     def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
         if not options.native_iscsi:

@@ -38,6 +38,7 @@ def _list(data: Mapping[str, Any], key: str, *, required: bool = False) -> list[
 
 class RBDVolumeDriver(VolumeDriver):
     volume_type = "rbd"
+    qemu_block_driver = "rbd"
 
     def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
         name = required_str(data, "name")

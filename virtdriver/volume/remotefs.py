@@ -56,6 +56,15 @@ class RemoteFsVolumeDriver(VolumeDriver):
             raise InvalidConnectionInfo("mount_base", f"{show(options.mount_base)} is not absolute")
         return posixpath.join(mount_point(options.mount_base, self.export(data)), name)
 
+    def mount_base(self, options: RenderOptions) -> str | None:
+        return options.mount_base if self.brick_protocol_for(options) else None
+
+    def connector_options(self, options: RenderOptions) -> dict[str, Any]:
+        protocol = self.brick_protocol_for(options)
+        if protocol is None or not options.mount_base:
+            return {}
+        return {f"{protocol.lower()}_mount_point_base": options.mount_base}
+
     def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
         return VolumeSource("file", Source(file=self.file_path(data, options)),
                             format=disk_format(data), cache=self.cache, io=self.io)

@@ -1,8 +1,8 @@
 """Random attach/detach operations for the concurrency stress test (tests/test_stress.py).
 
-Used by the test's own threads and by the worker processes (tests/stress_worker.py) alike, so both
-classify outcomes the same way. An operation's outcome is ``ok`` or one of the refusals a racing
-caller must expect; anything else is *unexpected* and fails the test.
+Used by the test's own threads and by the worker processes (tests/support/stress_worker.py)
+alike, so both classify outcomes the same way. An operation's outcome is ``ok`` or one of the
+refusals a racing caller must expect; anything else is *unexpected* and fails the test.
 """
 
 from __future__ import annotations

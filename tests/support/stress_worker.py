@@ -1,6 +1,6 @@
 """A worker process of the concurrency stress test: its own LibvirtVolumeDriver, several threads.
 
-Started as ``python -m tests.stress_worker`` with a JSON setup on its first stdin line::
+Started as ``python -m tests.support.stress_worker`` with a JSON setup on its first stdin line::
 
     {"uri": ..., "state_dir": ..., "guests": [...], "volumes": [[volume_id, info], ...],
      "threads": 2, "ops": 3, "name": "p0", "seed": 1}
@@ -21,7 +21,7 @@ import warnings
 def main() -> int:
     warnings.simplefilter("ignore")
     faulthandler.register(signal.SIGUSR1)  # stacks of every thread on demand, for hangs
-    from tests.stress_ops import StressVolume, Tally, run_round
+    from tests.support.stress_ops import StressVolume, Tally, run_round
     from virtdriver import LibvirtVolumeDriver
 
     setup = json.loads(sys.stdin.readline())

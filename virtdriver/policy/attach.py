@@ -1,4 +1,4 @@
-"""The attach policy: the one place that decides read-only, sharing, cache/io, labels, refusals.
+"""The per-disk attach policy: read-only, sharing, cache/io, labels and refusals of one disk.
 
 Protocol drivers say where a volume is; this module says how it may be used:
 
@@ -40,10 +40,10 @@ from virtdriver.errors import (
     UnsafeAttachment,
     show,
 )
+from virtdriver.policy.sharing import DIRECT_CACHE_MODES
 
 ATTACH_MODES: Final = ("ro", "rw")
 LABEL_POLICIES: Final = ("auto", "explicit", "none")
-DIRECT_CACHE_MODES: Final = ("none", "directsync")
 LUN_PROTOCOLS: Final = ("iscsi",)  # network sources libvirt passes SCSI commands through to
 NO_READONLY_BUSES: Final = ("ide", "sata")  # libvirt: "readonly ide disks are not supported"
 NO_HOTPLUG_BUSES: Final = ("ide", "sata")  # libvirt: "disk bus 'ide' cannot be hotplugged"
@@ -215,7 +215,7 @@ def apply_policy(disk: Disk, *, attach_mode: str, multiattach: bool, host_attach
     """
     check_attach_mode(attach_mode)
     if label_policy not in LABEL_POLICIES:
-        raise UnsafeAttachment(f"label_policy {show(label_policy)} is not one of "
+        raise InvalidRenderOption(f"label_policy {show(label_policy)} is not one of "
                                f"{', '.join(LABEL_POLICIES)}")
     if disk.shareable and not multiattach:
         raise MultiattachNotSupported("a shareable disk was requested for a volume that is not "

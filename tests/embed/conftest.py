@@ -1,0 +1,34 @@
+"""Fixtures of the embedded-driver child run: the process's one qemu:///embed root."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import libvirt
+import pytest
+
+from virtdriver.guests import Guests, embed_uri, open_connection, process_embed_root
+
+
+@pytest.fixture(scope="module")
+def embed_conn() -> Iterator[libvirt.virConnect]:
+    conn = open_connection(embed_uri(process_embed_root()))
+    yield conn
+    conn.close()
+
+
+@pytest.fixture
+def embed_guests(embed_conn: libvirt.virConnect) -> Iterator[Guests]:
+    with Guests(embed_conn) as made:
+        yield made
+
+
+@pytest.fixture
+def embed_driver(tmp_path: Path, embed_conn: libvirt.virConnect) -> Iterator[Any]:
+    from virtdriver import LibvirtVolumeDriver
+
+    driver = LibvirtVolumeDriver(embed_uri(process_embed_root()), state_dir=tmp_path / "state")
+    yield driver
+    driver.close()

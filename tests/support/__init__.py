@@ -1,0 +1,12 @@
+"""Test-only helpers built on :mod:`virtdriver.guests` (the guest helpers the demo and the
+benchmarks use too): pytest fixtures, connection_info builders, the invariant checker, the stress
+workers and a private libvirtd."""
+
+from __future__ import annotations
+
+import os
+
+# The embedded QEMU driver takes over every qemu:/// URI of the process that loaded it (a later
+# qemu:///system open fails with "Missing URI parameter 'root'"), so its tests run in a child
+# pytest of their own (tests/test_embed.py starts it).
+EMBED_CHILD = os.environ.get("VIRTDRIVER_EMBED_CHILD") == "1"

@@ -1,0 +1,34 @@
+"""connection_info and disk XML for tests, by hand (what Cinder or a test writer would pass)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+
+def local_volume(device_path: str, *, multiattach: bool, volume_id: str | None = None) -> dict:
+    """connection_info of a host block device for os-brick's LOCAL connector."""
+    vid = volume_id or str(uuid.uuid4())
+    return {"driver_volume_type": "local", "serial": vid, "multiattach": multiattach,
+            "data": {"volume_id": vid, "device_path": device_path, "access_mode": "rw"}}
+
+
+def file_volume(path: str, *, multiattach: bool, volume_id: str | None = None) -> dict:
+    """connection_info of a raw file (os-brick's GPFS connector, a file-backed local disk)."""
+    vid = volume_id or str(uuid.uuid4())
+    return {"driver_volume_type": "gpfs", "serial": vid, "multiattach": multiattach,
+            "data": {"volume_id": vid, "device_path": path}}
+
+
+def disk_xml(source: str | os.PathLike[str], alias: str, *, target: str = "sda",
+             readonly: bool = False, shareable: bool = False, block: bool = False) -> str:
+    """A raw SCSI ``<disk>`` written by hand, for tests of the guest helpers without the driver."""
+    kind, attr = ("block", "dev") if block else ("file", "file")
+    flags = ("<readonly/>" if readonly else "") + ("<shareable/>" if shareable else "")
+    return (
+        f"<disk type='{kind}' device='disk'>"
+        "<driver name='qemu' type='raw' cache='none'/>"
+        f"<source {attr}='{os.fspath(source)}'/>"
+        f"<target dev='{target}' bus='scsi'/>{flags}"
+        f"<alias name='{alias}'/></disk>"
+    )
