@@ -115,8 +115,9 @@ def render_case(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
         value = pick("block", BLOCK, st.sampled_from([None, None, 512, 4096]))
         if value is not None:
             data[key] = value
-    if data.get("logical_block_size", 0) > data.get("physical_block_size", 512) == 512:
-        data["physical_block_size"] = data["logical_block_size"]
+    logical, physical = data.get("logical_block_size"), data.get("physical_block_size")
+    if focus != "block" and logical is not None and logical > (physical or 512):
+        data["physical_block_size"] = logical
     qos = pick("qos", st.one_of(QOS, BURST), VALID_QOS)
     if qos:
         data["qos_specs"] = qos
