@@ -63,6 +63,36 @@ def start_refusal(conn: libvirt.virConnect, disk_xml: str, *, kvm: bool = True) 
 _ALIAS = re.compile(r"<alias name='([^']+)'/>")
 
 
+def qemu_throttle_name(key: str) -> str:
+    """libvirt's ``<iotune>`` name in QEMU's ``query-block`` terms (read_iops_sec_max ->
+    iops_rd_max)."""
+    if key == "size_iops_sec":
+        return "iops_size"
+    kind, unit, rest = key.split("_", 2)  # "read", "iops", "sec_max_length"
+    side = {"total": "", "read": "_rd", "write": "_wr"}[kind]
+    return ("bps" if unit == "bytes" else "iops") + side + rest[len("sec"):]
+
+
+def throttle_mismatch(dom: libvirt.virDomain, alias: str, disk_xml: str) -> str | None:
+    """What QEMU does not apply of the disk's ``<iotune>``. libvirt 9.0 reports a hot-plug
+    whose throttle QEMU refused as a success, with the ``<iotune>`` in the live XML and no
+    throttling at all; this is how the oracle sees it."""
+    from lxml import etree
+
+    from virtdriver.guests.monitor import query_block
+
+    iotune = etree.fromstring(disk_xml.encode()).find("iotune")
+    if iotune is None:
+        return None
+    # the qdev of a SCSI disk is its alias; a USB disk's backend sits on a path below it
+    (block,) = [b for b in query_block(dom) if alias in (b.get("qdev") or "").split("/")]
+    applied = block.get("inserted") or {}
+    wrong = [f"{child.tag}={child.text} (QEMU: {applied.get(qemu_throttle_name(child.tag))})"
+             for child in iotune
+             if applied.get(qemu_throttle_name(child.tag)) != int(child.text or "0")]
+    return f"throttle not applied: {', '.join(wrong)}" if wrong else None
+
+
 class HotPlugOracle:
     """Hot-plugs disks into one running guest (live only) and unplugs each one again."""
 
@@ -71,15 +101,19 @@ class HotPlugOracle:
         self.events = DeviceEvents(conn)
 
     def refusal(self, disk_xml: str) -> str | None:
-        """QEMU's or libvirt's message if the live attach fails; ``None`` after attach+detach."""
+        """QEMU's or libvirt's message if the live attach fails, or if QEMU does not throttle
+        the disk as its ``<iotune>`` says; ``None`` after a faithful attach and the detach."""
         try:
             self.dom.attachDeviceFlags(disk_xml, libvirt.VIR_DOMAIN_AFFECT_LIVE)
         except libvirt.libvirtError as exc:
             return exc.get_error_message()
         match = _ALIAS.search(disk_xml)
         assert match is not None, "hot-plugged disks carry a user alias to be found again"
-        detach_and_wait(self.events, self.dom, disk_xml, match.group(1), timeout=20)
-        return None
+        alias = match.group(1)
+        try:
+            return throttle_mismatch(self.dom, alias, disk_xml)
+        finally:
+            detach_and_wait(self.events, self.dom, disk_xml, alias, timeout=20)
 
     def close(self) -> None:
         self.events.close()
