@@ -242,3 +242,17 @@ def test_shared_image_label_without_explicit_label_policy_is_refused() -> None:
 def test_render_does_not_offer_a_bus_attach_cannot_hot_plug(bus: str) -> None:
     line = one_line_error_bytes(run_bytes("render", str(CI / "local.json"), "--bus", bus))
     assert "--bus" in line and "hot-plugged" in line
+
+
+@pytest.mark.hypervisor
+@pytest.mark.parametrize("args", [["capabilities"], ["capabilities", "--json"]])
+def test_a_table_to_a_reader_that_went_away_is_one_line(args: list[str], system_conn) -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run([sys.executable, "-m", "virtdriver", *args], stdout=write_end,
+                              stderr=subprocess.PIPE, check=False, timeout=60)
+    finally:
+        os.close(write_end)
+    assert done.returncode == 2
+    assert done.stderr.decode() == "virtdriver: error: standard output is closed\n"

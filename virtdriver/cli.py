@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from virtdriver.cli_ops import add_operator_commands as _add_operator_commands
-from virtdriver.cli_io import UsageError, emit, fail, load_connection_info
+from virtdriver.cli_io import UsageError, emit, fail, finish_output, load_connection_info
+from virtdriver.cli_io import output_closed, prepare_output
 from virtdriver.errors import VirtDriverError
 
 EXIT_FAILED = 1
@@ -310,14 +311,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.simplefilter("ignore")  # os-brick's eventlet warnings are not for the operator
     _quiet_logging()
     try:
+        prepare_output()
         args = build_parser().parse_args(argv)
-        return int(args.func(args))
+        code = int(args.func(args))
+        finish_output()
+        return code
     except UsageError as exc:
         fail(str(exc))
         return EXIT_USAGE
     except VirtDriverError as exc:
         fail(str(exc))
         return exit_code(exc)
+    except BrokenPipeError:  # a table or message printed to a reader that went away
+        fail(output_closed())
+        return EXIT_USAGE
     except KeyboardInterrupt:
         fail("interrupted")
         return 130

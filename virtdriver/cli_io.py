@@ -79,11 +79,42 @@ def emit(text: str) -> None:
         out.write(text.encode(encoding, "xmlcharrefreplace").decode(encoding) + "\n")
         out.flush()
     except (BrokenPipeError, ValueError):  # ValueError: the stream was closed
-        _silence_stdout()
-        raise UsageError("standard output is closed") from None
+        raise UsageError(output_closed()) from None
     except OSError as exc:
         _silence_stdout()
         raise UsageError(f"cannot write to standard output: {exc.strerror or exc}") from None
+
+
+def prepare_output() -> None:
+    """Tables and messages on an output that is not UTF-8: escape what it cannot carry rather
+    than fail half-way (XML from :func:`emit` is already written as character references)."""
+    out = sys.stdout
+    if out is not None and getattr(out, "errors", None) == "strict":
+        try:
+            out.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            pass  # not a text stream we can change (tests capture output): left as it is
+
+
+def finish_output() -> None:
+    """Flush what a command printed, so that a reader gone away is reported here in one line
+    and not by the interpreter's last flush as a traceback."""
+    out = sys.stdout
+    if out is None:
+        return
+    try:
+        out.flush()
+    except (BrokenPipeError, ValueError):
+        raise UsageError(output_closed()) from None
+    except OSError as exc:
+        _silence_stdout()
+        raise UsageError(f"cannot write to standard output: {exc.strerror or exc}") from None
+
+
+def output_closed() -> str:
+    """Stop writing to an output whose reader is gone; the message that says so."""
+    _silence_stdout()
+    return "standard output is closed"
 
 
 def _silence_stdout() -> None:
