@@ -139,7 +139,7 @@ def test_a_json_number_longer_than_python_converts_is_one_line(number: str) -> N
 def test_rbd_flags_and_hosts_must_have_their_types() -> None:
     rbd = json.loads((CI / "rbd.json").read_text())
     for key, value in (("auth_enabled", "false"), ("auth_enabled", 1), ("hosts", []),
-                       ("hosts", "192.0.2.10"), ("hosts", None)):
+                       ("hosts", "192.0.2.10"), ("hosts", {})):
         info = json.loads(json.dumps(rbd))
         info["data"][key] = value
         if key == "hosts":
