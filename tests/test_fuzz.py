@@ -577,7 +577,7 @@ def test_every_disk_libvirt_writes_round_trips(guests, volume_driver, loop_devic
     and whatever other tests' guests hold at the moment), as libvirt writes them, live and
     inactive: read leniently they keep their meaning; read strictly they are read whole or
     refused with a name."""
-    from tests.conftest import file_volume, local_volume
+    from tests.support.volumes import file_volume, local_volume
 
     dom = guests.start("corpus")
     image = tmp_path / "q.raw"

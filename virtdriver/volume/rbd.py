@@ -26,13 +26,14 @@ _IMAGE_NAME = re.compile(r"[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+){1,2}")
 _UUID = re.compile(r"[0-9a-fA-F]{8}(-?)[0-9a-fA-F]{4}\1[0-9a-fA-F]{4}\1[0-9a-fA-F]{4}\1[0-9a-fA-F]{12}")
 
 
-def _list(data: Mapping[str, Any], key: str, *, required: bool = False) -> list[Any]:
+def _list(data: Mapping[str, Any], key: str, *, non_empty: bool = False) -> list[Any]:
+    """A list, or ``[]`` when the key is absent; given but empty is refused with ``non_empty``."""
     value = data.get(key)
-    if value is None and not required:
+    if value is None:
         return []
-    if not isinstance(value, list) or (required and not value):
+    if not isinstance(value, list) or (non_empty and not value):
         raise InvalidConnectionInfo(f"{DATA}.{key}", f"{show(value)} is not a non-empty list"
-                                    if required else f"{show(value)} is not a list")
+                                    if non_empty else f"{show(value)} is not a list")
     return value
 
 
@@ -44,7 +45,8 @@ class RBDVolumeDriver(VolumeDriver):
         name = required_str(data, "name")
         if not _IMAGE_NAME.fullmatch(name):
             raise InvalidConnectionInfo(f"{DATA}.name", f"{show(name)} is not 'pool/image'")
-        hosts, ports = _list(data, "hosts", required=True), _list(data, "ports")
+        # No hosts at all: QEMU takes the monitors from ceph.conf. Given, they must be a list.
+        hosts, ports = _list(data, "hosts", non_empty=True), _list(data, "ports")
         if ports and len(ports) != len(hosts):
             raise InvalidConnectionInfo(f"{DATA}.ports", f"has {len(ports)} entries for "
                                         f"{len(hosts)} hosts")
