@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import secrets
 import shlex
+import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -224,15 +226,22 @@ def test_glusterfs_through_os_brick(guests, backends, tmp_path) -> None:
 
 
 @pytest.fixture
-def private_mount_base(tmp_path) -> Iterator[str]:
+def private_mount_base() -> Iterator[str]:
     """A mount base nobody prepared: a plain directory (on this host's private ``/``, which is
-    what these tests are about; where ``/`` is shared, the driver has nothing to do)."""
-    base = tmp_path / "mnt"
-    base.mkdir()
-    yield str(base)
-    real = os.path.realpath(base)
-    while any(e.mount_point == real for e in mounts.read_mountinfo()):  # the driver's bind mount
-        subprocess.run(["umount", real], check=True)
+    what these tests are about; where ``/`` is shared, the driver has nothing to do).
+
+    Not below pytest's ``tmp_path``: other pytest sessions on the host clean up old numbered
+    directories by renaming them, which would hide the driver's bind mount from the teardown.
+    """
+    base = tempfile.mkdtemp(prefix="virtdriver-test-mnt-", dir="/var/tmp")
+    try:
+        yield base
+    finally:  # whatever a failed test left mounted (deepest first), then the bind mount itself
+        while below := sorted((e.mount_point for e in mounts.read_mountinfo()
+                               if e.mount_point == base or e.mount_point.startswith(base + "/")),
+                              key=len):
+            subprocess.run(["umount", below[-1]], check=True)
+        shutil.rmtree(base)  # only once nothing is mounted below it: never a share's files
 
 
 # ---- kernel-bound connectors: this kernel has no iSCSI/NVMe-oF/NFS, so they fail for real -------
@@ -269,7 +278,7 @@ def test_kernel_bound_connector_fails_cleanly(volume_type, guests, tmp_path,
     from virtdriver.hypervisor.locks import lock_is_free
 
     assert lock_is_free(driver.lock_dir, vid)
-    assert not any(os.path.ismount(p) for p in (tmp_path / "mnt").glob("*"))
+    assert not any(os.path.ismount(p) for p in Path(private_mount_base).glob("*"))
 
 
 def _iscsi_node_records() -> list[str]:

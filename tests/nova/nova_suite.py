@@ -59,6 +59,22 @@ def adapters_by_module() -> dict[str, dict[str, type]]:
     return by_module
 
 
+def check_coverage() -> list[str]:
+    """Problems with the adapter table: a nova volume type without an adapter, or an adapter
+    whose ``get_config`` is not virtdriver's rendering."""
+    from nova.virt.libvirt.driver import VOLUME_DRIVERS
+
+    from virtdriver.nova import NOVA_DRIVER_CLASSES, VirtdriverRendering
+
+    problems = [f"nova volume type {kind!r} ({path}) has no adapter"
+                for kind, path in sorted(VOLUME_DRIVERS.items())
+                if kind != "fake" and path not in NOVA_DRIVER_CLASSES]
+    problems += [f"{cls.__name__}.get_config is not virtdriver's"
+                 for cls in NOVA_DRIVER_CLASSES.values()
+                 if cls.get_config is not VirtdriverRendering.get_config]
+    return problems
+
+
 def swap_into_tests(suite_modules: list[types.ModuleType]) -> int:
     """Point every test module's nova volume modules at :class:`AdapterModule`s."""
     by_module = adapters_by_module()
@@ -91,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-v", dest="verbosity", action="store_const", const=2, default=1)
     args = parser.parse_args(argv)
 
+    problems = [] if args.nova_only else check_coverage()
+    for problem in problems:
+        print(f"nova-suite: {problem}")
     package = importlib.import_module(PACKAGE)
     top = Path(package.__file__).parents[len(PACKAGE.split("."))]
     loader = unittest.TestLoader()
@@ -109,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     for test_id in sorted(failed):
         print(f"FAILED {test_id}")
     print(f"{len(result.passed)} passed, {len(failed)} failed")
-    return 0 if len(result.passed) >= args.min_passed and not _load_errors(failed) else 1
+    ok = len(result.passed) >= args.min_passed and not _load_errors(failed) and not problems
+    return 0 if ok else 1
 
 
 def _flatten(suite: unittest.TestSuite) -> list[unittest.TestCase]:

@@ -23,7 +23,7 @@ pytest.importorskip("nova", reason="needs nova 34; scripts/nova-suite.sh runs it
 
 import libvirt  # noqa: E402
 
-from tests.guests import Guests, LoopDevice, block_info  # noqa: E402
+from virtdriver.guests import Guests, LoopDevice, block_info  # noqa: E402
 
 pytestmark = pytest.mark.hypervisor
 

@@ -3,6 +3,9 @@
 :func:`diagnose` runs the probes (:mod:`.probes` for libvirt, QEMU, labels, directories and
 os-brick; :mod:`.storage` for every registered protocol and mount propagation) and returns a
 :class:`~.verdict.DoctorReport`; :func:`~.report.format_report` prints it for an operator.
+
+Nothing on the host is left changed: os-brick is set up (its lock directory created), and the
+propagation probe mounts a small tmpfs below the mount base for a moment and removes it.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from virtdriver.errors import (
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.metadata import set_note
 from virtdriver.hypervisor.usage import DiskUse, DomainState
-from virtdriver.policy.identity import check_requested_volume_id
+from virtdriver.policy.identity import check_requested_volume_id, volume_of_alias
 from virtdriver.policy.sharing import still_used
 
 LOG = logging.getLogger("virtdriver.driver")
@@ -90,6 +90,7 @@ def detach_live(host: Host, dom: libvirt.virDomain, disk: Disk, alias: str,
     """Detach from the running guest and wait for libvirt's device-removed event."""
     removals = host.connection.events
     uuid = dom.UUIDString()
+    volume = volume_of_alias(alias) or alias  # for messages: what the operator asked about
     removals.expect(uuid, alias)
     try:
         try:
@@ -100,16 +101,16 @@ def detach_live(host: Host, dom: libvirt.virDomain, disk: Disk, alias: str,
             if (MONITOR_CLOSED in libvirt_message(exc)
                     and removals.wait(uuid, alias, timeout) is not None):
                 return  # the guest was being destroyed: its stop event ended the wait
-            raise DetachFailed(f"libvirt refused to detach {alias} from {dom.name()}",
+            raise DetachFailed(f"libvirt refused to detach {volume} from {dom.name()}",
                                libvirt_message(exc)) from None
         result = removals.wait(uuid, alias, timeout)
     finally:
         removals.forget(uuid, alias)
     if result is False:
-        raise DetachFailed(f"guest {dom.name()} refused to release device {alias}")
+        raise DetachFailed(f"guest {dom.name()} refused to release volume {volume}")
     if result is None and running(dom) and any(u.device_alias == alias and u.live
                                                for u in host.state(dom).disks):
-        raise DetachTimeout(f"guest {dom.name()} did not release device {alias} within "
+        raise DetachTimeout(f"guest {dom.name()} did not release volume {volume} within "
                             f"{timeout:g} s; it stays attached (retry the detach later)")
 
 

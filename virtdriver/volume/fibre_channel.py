@@ -1,7 +1,7 @@
 """Fibre Channel LUNs found by the host's HBAs: a host block device at ``data.device_path``."""
 
-from virtdriver.volume.block import HostBlockDeviceDriver
 from virtdriver.volume import probes
+from virtdriver.volume.block import HostBlockDeviceDriver
 
 
 class FibreChannelVolumeDriver(HostBlockDeviceDriver):

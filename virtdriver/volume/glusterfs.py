@@ -7,9 +7,9 @@ from typing import Any
 
 from virtdriver.config import Host, Source
 from virtdriver.errors import InvalidConnectionInfo, show
+from virtdriver.volume import probes
 from virtdriver.volume.base import DATA, RenderOptions, VolumeSource, disk_format, host_name
 from virtdriver.volume.remotefs import RemoteFsVolumeDriver
-from virtdriver.volume import probes
 
 GLUSTERD_PORT = 24007
 

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from virtdriver.config import Source
-from virtdriver.volume.base import RenderOptions, VolumeDriver, VolumeSource, absolute_path
 from virtdriver.volume import probes
+from virtdriver.volume.base import RenderOptions, VolumeDriver, VolumeSource, absolute_path
 
 
 class GPFSVolumeDriver(VolumeDriver):

@@ -13,6 +13,7 @@ from typing import Any
 
 from virtdriver.config import IQN, Auth, Host, Initiator, Secret, Source
 from virtdriver.errors import InvalidConnectionInfo, show
+from virtdriver.volume import probes
 from virtdriver.volume.base import (
     DATA,
     HostSecret,
@@ -25,7 +26,6 @@ from virtdriver.volume.base import (
     whole_number,
 )
 from virtdriver.volume.block import HostBlockDeviceDriver
-from virtdriver.volume import probes
 
 ISCSI_PORT = 3260
 

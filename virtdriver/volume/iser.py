@@ -1,7 +1,7 @@
 """iSCSI over RDMA (iSER): a host block device at ``data.device_path``."""
 
-from virtdriver.volume.block import HostBlockDeviceDriver
 from virtdriver.volume import probes
+from virtdriver.volume.block import HostBlockDeviceDriver
 
 
 class ISERVolumeDriver(HostBlockDeviceDriver):

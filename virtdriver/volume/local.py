@@ -1,7 +1,7 @@
 """A block device already on the host (os-brick's LOCAL connector): a host block device at ``data.device_path``."""
 
-from virtdriver.volume.block import HostBlockDeviceDriver
 from virtdriver.volume import probes
+from virtdriver.volume.block import HostBlockDeviceDriver
 
 
 class LocalVolumeDriver(HostBlockDeviceDriver):

@@ -1,7 +1,7 @@
 """NFS: a file on the mounted export."""
 
-from virtdriver.volume.remotefs import RemoteFsVolumeDriver
 from virtdriver.volume import probes
+from virtdriver.volume.remotefs import RemoteFsVolumeDriver
 
 
 class NFSVolumeDriver(RemoteFsVolumeDriver):

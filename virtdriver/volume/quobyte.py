@@ -1,7 +1,7 @@
 """Quobyte: a file on the mounted volume; the ``quobyte://`` scheme is not part of the mount."""
 
-from virtdriver.volume.remotefs import RemoteFsVolumeDriver
 from virtdriver.volume import probes
+from virtdriver.volume.remotefs import RemoteFsVolumeDriver
 
 
 class QuobyteVolumeDriver(RemoteFsVolumeDriver):

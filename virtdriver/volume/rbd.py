@@ -27,9 +27,7 @@ _UUID = re.compile(r"[0-9a-fA-F]{8}(-?)[0-9a-fA-F]{4}\1[0-9a-fA-F]{4}\1[0-9a-fA-
 
 
 def _list(data: Mapping[str, Any], key: str, *, non_empty: bool = False) -> list[Any]:
-    """``data[key]`` as a list; absent is empty. With ``non_empty``, a list given empty is
-    refused: an absent ``hosts`` lets librbd read the monitors from ceph.conf, an empty one
-    says there are none."""
+    """A list, or ``[]`` when the key is absent; given but empty is refused with ``non_empty``."""
     value = data.get(key)
     if value is None:
         return []
@@ -47,6 +45,7 @@ class RBDVolumeDriver(VolumeDriver):
         name = required_str(data, "name")
         if not _IMAGE_NAME.fullmatch(name):
             raise InvalidConnectionInfo(f"{DATA}.name", f"{show(name)} is not 'pool/image'")
+        # No hosts at all: QEMU takes the monitors from ceph.conf. Given, they must be a list.
         hosts, ports = _list(data, "hosts", non_empty=True), _list(data, "ports")
         if ports and len(ports) != len(hosts):
             raise InvalidConnectionInfo(f"{DATA}.ports", f"has {len(ports)} entries for "

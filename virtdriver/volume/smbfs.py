@@ -1,7 +1,7 @@
 """SMB/CIFS shares: a file on the mounted share (write-back cache unless shared)."""
 
-from virtdriver.volume.remotefs import RemoteFsVolumeDriver
 from virtdriver.volume import probes
+from virtdriver.volume.remotefs import RemoteFsVolumeDriver
 
 
 class SMBFSVolumeDriver(RemoteFsVolumeDriver):

@@ -1,7 +1,8 @@
 """StorPool volumes attached by the StorPool client: a host block device at ``data.device_path``."""
 
+from pathlib import Path
+
 from virtdriver.volume.block import HostBlockDeviceDriver
-from virtdriver.volume import probes
 
 
 class StorPoolVolumeDriver(HostBlockDeviceDriver):
@@ -10,6 +11,6 @@ class StorPoolVolumeDriver(HostBlockDeviceDriver):
     io = "native"
 
     def host_probe(self) -> tuple[bool, str] | None:
-        client = probes.Path("/dev/storpool")
+        client = Path("/dev/storpool")
         return (True, f"{client}") if client.is_dir() else (False, "no StorPool client "
                                                                    "(/dev/storpool)")

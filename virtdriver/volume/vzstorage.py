@@ -1,7 +1,7 @@
 """Virtuozzo Storage: a file on the mounted cluster (write-back cache unless shared)."""
 
-from virtdriver.volume.remotefs import RemoteFsVolumeDriver
 from virtdriver.volume import probes
+from virtdriver.volume.remotefs import RemoteFsVolumeDriver
 
 
 class VZStorageVolumeDriver(RemoteFsVolumeDriver):
