@@ -459,13 +459,8 @@ EOF
     GL volume start "$GLUSTER_VOLUME" >/dev/null
     wait_for 10 check_gluster || { log "gluster: brick did not come up (see $d/log/bricks/)"; return 1; }
 
-    # Mount base for the tests (os-brick's mount_point_base): a *shared* bind mount, so that FUSE
-    # mounts made after a guest started still reach that guest's QEMU (libvirt gives each QEMU a
-    # private mount namespace, and / is a private mount here).
-    if ! awk -v m="$d/mnt" '$2 == m { f = 1 } END { exit !f }' /proc/mounts; then
-        mount --bind "$d/mnt" "$d/mnt" && mount --make-shared "$d/mnt" ||
-            log "gluster: could not make $d/mnt a shared mount"
-    fi
+    # $d/mnt is the tests' mount base (os-brick's mount_point_base). Making it a shared mount, so
+    # that FUSE mounts reach the guests' QEMU namespaces, is the driver's job, not this script's.
     # Probe FUSE once and create the test image through it (never write into a brick directly).
     local probe=$d/probe
     mkdir -p "$probe"

@@ -23,6 +23,7 @@ import pytest
 from virtdriver import LibvirtVolumeDriver
 from virtdriver.errors import HostConnectFailed
 from virtdriver.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
+from virtdriver.hypervisor import mounts
 
 pytestmark = pytest.mark.hypervisor
 ROOT = Path(__file__).resolve().parent.parent
@@ -205,6 +206,10 @@ def test_glusterfs_through_os_brick(guests, backends, tmp_path) -> None:
     mount_base = backends["VD_GLUSTER_MOUNT_BASE"]
     driver = LibvirtVolumeDriver("qemu:///system", state_dir=tmp_path / "state",
                                  mount_base=mount_base)
+    driver.prepare_host()  # as a compute service does before it starts guests
+    from virtdriver.hypervisor.mounts import propagates
+
+    assert propagates(mount_base)
     vid = str(uuid.uuid4())
     share = backends["VD_GLUSTER_SHARE"]
     info = {"driver_volume_type": "glusterfs", "serial": vid, "multiattach": True,
@@ -216,6 +221,18 @@ def test_glusterfs_through_os_brick(guests, backends, tmp_path) -> None:
     multiattach_story(guests, driver, info,
                       Released(lambda: not os.path.ismount(mount), f"the mount {mount}"),
                       still_connected=lambda: os.path.ismount(mount))
+
+
+@pytest.fixture
+def private_mount_base(tmp_path) -> Iterator[str]:
+    """A mount base nobody prepared: a plain directory (on this host's private ``/``, which is
+    what these tests are about; where ``/`` is shared, the driver has nothing to do)."""
+    base = tmp_path / "mnt"
+    base.mkdir()
+    yield str(base)
+    real = os.path.realpath(base)
+    while any(e.mount_point == real for e in mounts.read_mountinfo()):  # the driver's bind mount
+        subprocess.run(["umount", real], check=True)
 
 
 # ---- kernel-bound connectors: this kernel has no iSCSI/NVMe-oF/NFS, so they fail for real -------
@@ -231,10 +248,11 @@ KERNEL_BOUND = {
 
 
 @pytest.mark.parametrize("volume_type", sorted(KERNEL_BOUND))
-def test_kernel_bound_connector_fails_cleanly(volume_type, guests, tmp_path) -> None:
+def test_kernel_bound_connector_fails_cleanly(volume_type, guests, tmp_path,
+                                              private_mount_base) -> None:
     dom = guests.start("k")
     driver = LibvirtVolumeDriver("qemu:///system", state_dir=tmp_path / "state",
-                                 mount_base=str(tmp_path / "mnt"))
+                                 mount_base=private_mount_base)
     vid = str(uuid.uuid4())
     info = {"driver_volume_type": volume_type, "serial": vid,
             "data": dict(KERNEL_BOUND[volume_type], volume_id=vid)}

@@ -68,7 +68,7 @@ def test_attach_many_prints_progress_and_a_summary(guests, tmp_path) -> None:
     names = [d.name() for d in doms]
 
     refused = run("attach-many", str(path), *names, state=tmp_path / "state")
-    assert refused.returncode == 2 and "not multiattach" in refused.stderr
+    assert refused.returncode == 3 and "not multiattach" in refused.stderr  # refused by policy
 
     done = run("attach-many", str(path), *names, "--multiattach", "--attach-mode", "ro",
                state=tmp_path / "state")

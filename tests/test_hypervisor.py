@@ -258,7 +258,7 @@ def test_an_attach_that_lands_between_the_scan_and_the_guest_lock_is_seen(
     state directory) attaches a second volume to the guest in exactly that window: the first
     attach must notice, read the guest again and take the next free device."""
     from virtdriver import LibvirtVolumeDriver
-    from virtdriver import driver as driver_module
+    from virtdriver.driver import attach as driver_module
 
     a = guests.start("a")
     images = []

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from xml.sax.saxutils import escape, quoteattr
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from lxml import etree
 
 from virtdriver.config import Address, Alias, BlockIO, Disk, DomainDisks, Driver, Element, Source, Target
 from virtdriver.config.model import CHILD, CHILDREN, declared_fields
@@ -170,3 +172,163 @@ def test_live_domain_reader_keeps_what_it_does_not_know() -> None:
     assert "<backingStore/>" in written and "<newfangled mode=\"x\">" in written
     assert "<inner/>" in written
     assert Disk.from_xml(written, strict=False) == disk
+
+
+# ---- lenient keeps what it does not understand, with its meaning; strict refuses it -------------
+
+def meaning(node: etree._Element) -> str:
+    """What an element means, independent of layout: attributes by namespace URI, text exactly,
+    comments kept, children of element-only content in any order (the writer puts declared
+    parts in declared order), mixed content in document order."""
+    if not isinstance(node.tag, str):
+        return etree.tostring(node, with_tail=False, encoding="unicode")
+    kids = list(node)
+    attrs = "".join(f" {k}={v!r}" for k, v in sorted(node.attrib.items()))
+    mixed = bool((node.text or "").strip()) or any((k.tail or "").strip() for k in kids)
+    if not kids:
+        body = node.text or ""
+    elif mixed:
+        body = (node.text or "") + "".join(meaning(k) + (k.tail or "") for k in kids)
+    else:
+        body = "".join(sorted(meaning(k) for k in kids))
+    return f"<{node.tag}{attrs}>{body}</>"
+
+
+def assert_lenient_keeps_meaning(xml: str) -> Disk:
+    disk = Disk.from_xml(xml, strict=False)
+    written = disk.to_xml()
+    assert meaning(etree.fromstring(written)) == meaning(etree.fromstring(xml)), written
+    again = Disk.from_xml(written, strict=False)
+    assert again == disk and again.to_xml() == written  # a fixed point: nothing drifts
+    return disk
+
+
+KEEP = [
+    "<disk xmlns:v='http://example.org/v' v:level='3' xml:lang='en'><driver name='qemu'/></disk>",
+    "<disk><driver xmlns:v='http://example.org/v' v:a='1' name='qemu'/><target dev='sda'/>"
+    "</disk>",
+    "<disk><x-note>first line\n    second line\n  <b>  spaced  </b> tail</x-note></disk>",
+    "<disk><x-deep><a><b>t</b></a><c/></x-deep></disk>",
+    "<disk><transient shareBacking='yes'/><readonly v='1'/><shareable>x</shareable></disk>",
+    "<disk><serial foo='1'>abc</serial><wwn>0x5000c50015ea71ac</wwn></disk>",
+    "<disk><vendor>AB<!-- a comment -->CD</vendor></disk>",
+    "<disk><!-- kept --><driver name='qemu'/><source file='/a'><!-- also kept --></source></disk>",
+    "<disk><serial>a &amp; b &lt;c&gt; &#233;</serial></disk>",
+    "<disk><x:meta xmlns:x='http://example.org/x' x:attr='1'><x:child/></x:meta></disk>",
+]
+
+
+@pytest.mark.parametrize("xml", KEEP)
+def test_lenient_reading_keeps_the_meaning(xml: str) -> None:
+    assert_lenient_keeps_meaning(xml)
+
+
+def test_a_kept_marker_or_text_child_follows_its_field() -> None:
+    disk = Disk.from_xml("<disk><transient shareBacking='yes'/><serial foo='1'>abc</serial>"
+                         "</disk>", strict=False)
+    assert disk.transient and disk.serial == "abc"
+    disk.serial = "xyz"
+    disk.transient = False
+    assert disk.to_xml() == "<disk>\n  <serial>xyz</serial>\n</disk>"
+
+
+@pytest.mark.parametrize("xml, message", [
+    ("<disk><driver/>junk</disk>", "unexpected text 'junk'"),
+    ("<disk><source file='/a'/>\n  stray <target dev='sda'/></disk>", "unexpected text 'stray'"),
+    ("<disk><transient shareBacking='yes'/></disk>", "marker element must be empty"),
+    ("<disk xmlns:v='http://example.org/v' v:a='1'/>", "undeclared attribute"),
+])
+def test_strict_reading_refuses_what_it_would_lose(xml: str, message: str) -> None:
+    with pytest.raises(UndeclaredXML, match=message):
+        Disk.from_xml(xml)
+
+
+def test_stray_text_is_kept_by_lenient_reading() -> None:
+    disk = Disk.from_xml("<disk><driver/>junk &amp; more</disk>", strict=False)
+    assert "junk &amp; more" in disk.to_xml()
+
+
+@pytest.mark.parametrize("encoding", ["ISO-8859-1", "UTF-16", "ascii"])
+def test_the_xml_declaration_names_how_bytes_are_decoded(encoding: str) -> None:
+    text = f"<?xml version='1.0' encoding='{encoding}'?>\n<disk><serial>caf\u00e9</serial></disk>"
+    assert Disk.from_xml(text).serial == "caf\u00e9"  # a str is already decoded
+    if encoding != "ascii":
+        assert Disk.from_xml(text.encode(encoding)).serial == "caf\u00e9"
+
+
+@pytest.mark.parametrize("value", [None, 3, ["<disk/>"], "\ud800<disk/>"])
+def test_not_xml_text_is_a_typed_error(value: object) -> None:
+    with pytest.raises(MalformedXML):
+        Disk.from_xml(value)  # type: ignore[arg-type]
+
+
+NAME = st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True)
+TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"],
+                                      exclude_characters="\x00\r"), max_size=15).filter(
+    lambda t: all(c in "\t\n" or c >= " " for c in t) and "\ufffe" not in t and "\uffff" not in t)
+
+
+@st.composite
+def extra_part(draw: st.DrawFn) -> tuple[str, str]:
+    """(where, what): an attribute, element, comment or marker extra to put into a disk."""
+    kind = draw(st.sampled_from(["nsattr", "attr", "element", "mixed", "comment", "flagattr",
+                                 "textattr"]))
+    where = draw(st.sampled_from(["disk", "driver", "source", "target"]))
+    if kind == "nsattr":
+        return where, f" xmlns:p{draw(NAME)}='http://example.org/{draw(NAME)}'"
+    if kind == "attr":
+        return where, f" x-{draw(NAME)}={quoteattr(draw(TEXT))}"
+    if kind == "element":
+        return where, f"<x-{draw(NAME)} a={quoteattr(draw(TEXT))}>{escape(draw(TEXT))}</x-el>"
+    if kind == "mixed":
+        return where, (f"<x-mixed>{escape(draw(TEXT))}<b>{escape(draw(TEXT))}</b>"
+                       f"{escape(draw(TEXT))}x</x-mixed>")
+    if kind == "comment":
+        return where, f"<!--{draw(TEXT).replace('-', '_')}-->"
+    if kind == "flagattr":
+        return "disk", f"<transient x={quoteattr(draw(TEXT))}/>"
+    return "disk", f"<serial x={quoteattr(draw(TEXT))}>{escape(draw(TEXT)) or 's'}</serial>"
+
+
+def _disk_with(extras: list[tuple[str, str]]) -> str:
+    attrs: dict[str, str] = {"disk": "", "driver": "", "source": "", "target": ""}
+    inner: dict[str, str] = {"disk": "", "driver": "", "source": "", "target": ""}
+    seen: set[str] = set()
+    for where, part in extras:
+        if part.startswith(" xmlns:"):  # a declaration and one attribute in its namespace
+            prefix = part.split("=")[0][len(" xmlns:"):]
+            if (where, prefix) not in seen:
+                seen.add((where, prefix))
+                attrs[where] += part + f" {prefix}:{prefix}='1'"
+        elif part.startswith(" "):
+            name = part.split("=")[0]
+            if (where, name) not in seen:
+                seen.add((where, name))
+                attrs[where] += part
+        elif part.startswith(("<transient", "<serial")):
+            if part[:7] not in seen:
+                seen.add(part[:7])
+                inner["disk"] += part
+        else:
+            inner[where] += part.replace("</x-el>", "</" + part[1:].split(" ")[0] + ">")
+    return (f"<disk type='file'{attrs['disk']}><driver name='qemu'{attrs['driver']}>"
+            f"{inner['driver']}</driver><source file='/srv/a.raw'{attrs['source']}>"
+            f"{inner['source']}</source><target dev='sda'{attrs['target']}>{inner['target']}"
+            f"</target>{inner['disk']}</disk>")
+
+
+@settings(max_examples=150, deadline=None)
+@given(extras=st.lists(extra_part(), max_size=6))
+def test_generated_unknown_parts_keep_their_meaning(extras: list[tuple[str, str]]) -> None:
+    xml = _disk_with(extras)
+    disk = assert_lenient_keeps_meaning(xml)
+    try:
+        strict = Disk.from_xml(xml)
+    except UndeclaredXML:
+        assert extras, "a disk of declared parts only reads strictly"
+        return
+    # Strict read it all: only comments, which carry no data, may be left out.
+    without_comments = [etree.fromstring(x) for x in (xml, strict.to_xml())]
+    for tree in without_comments:
+        etree.strip_elements(tree, etree.Comment, with_tail=False)
+    assert meaning(without_comments[0]) == meaning(without_comments[1])

@@ -8,7 +8,7 @@ import pytest
 
 from virtdriver.config import Disk, Driver, SecLabel, Source
 from virtdriver.errors import InvalidAttachMode, InvalidConnectionInfo, MultiattachNotSupported
-from virtdriver.errors import UnsafeAttachment
+from virtdriver.errors import InvalidRenderOption, UnsafeAttachment
 from virtdriver.policy import (
     apply_policy,
     check_attach_mode,
@@ -100,7 +100,8 @@ def test_label_policies(policy: str, multi: bool, host: bool, expected: list[Sec
 
 
 def test_unknown_label_policy_is_refused() -> None:
-    with pytest.raises(UnsafeAttachment, match="label_policy 'selinux'"):
+    # A mistyped setting is bad input (exit 2), not a refusal by the policy.
+    with pytest.raises(InvalidRenderOption, match="label_policy 'selinux'"):
         apply_policy(disk(), attach_mode="rw", multiattach=False, host_attached=True,
                      label_policy="selinux")
 

@@ -8,9 +8,7 @@ from typing import Any
 from virtdriver.config import Disk
 from virtdriver.hypervisor.usage import DiskUse
 
-# Every disk virtdriver attaches carries the user alias ua-<volume id>: libvirt keeps it in the
-# live guest and its definition, so the attachments are found again without a database.
-ALIAS_PREFIX = "ua-"
+from virtdriver.policy.identity import ALIAS_PREFIX  # noqa: F401 - re-exported
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,10 +34,9 @@ class Attachment:
     @classmethod
     def from_use(cls, use: DiskUse) -> Attachment | None:
         disk = use.disk
-        alias = use.alias
-        if alias is None or not alias.startswith(ALIAS_PREFIX) or disk.target is None:
+        vid = use.volume
+        if vid is None or disk.target is None:
             return None
-        vid = alias[len(ALIAS_PREFIX):]
         return cls(device=f"/dev/{disk.target.dev}", id=vid, serverId=use.domain_uuid,
                    volumeId=vid, attach_mode="ro" if disk.readonly else "rw",
                    shareable=disk.shareable, source=describe_source(disk),

@@ -29,15 +29,15 @@ from typing import Any, Final
 
 import libvirt
 
-from virtdriver.config import Disk
-from virtdriver.attachment import ALIAS_PREFIX, describe_source
+from virtdriver.attachment import describe_source
 from virtdriver.errors import HypervisorError
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.hostconn import HostConnections
-from virtdriver.hypervisor.usage import DiskUse, DomainState, host_state, source_key
-from virtdriver.policy import DIRECT_CACHE_MODES
+from virtdriver.hypervisor.usage import DiskUse, DomainState, host_state, labels_of
+from virtdriver.policy.sharing import Danger, Use, dangers
+from virtdriver.tables import table_lines
 
-DANGER_KINDS: Final = ("unshared", "cache", "format", "labels", "leak")
+DANGER_KINDS: Final = ("unshared", "cache", "format", "labels", "identity", "leak", "record")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,12 +56,6 @@ class AuditAttachment:
     alias: str | None
     source: str
     state: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Danger:
-    kind: str
-    message: str
 
 
 @dataclasses.dataclass
@@ -103,14 +97,19 @@ def audit_host(conn: libvirt.virConnect, state_dir: str | Path) -> AuditReport:
     except libvirt.libvirtError as exc:
         raise HypervisorError("cannot read the host's guests", libvirt_message(exc)) from None
     connections = HostConnections(Path(state_dir))
-    recorded = connections.connected()
+    recorded, damaged = connections.scan()
     volumes = [_audit_group(group, recorded) for group in group_disks(states)]
     volumes = [v for v in volumes if v.volume != "-" or len(v.guests) > 1 or v.dangers]
-    used = {v.volume for v in volumes}
+    used = {vid for u in (u for g in group_disks(states) for u in g) if (vid := u.volume)}
     for vid in recorded:
         if vid not in used:
-            volumes.append(VolumeAudit(vid, _recorded_device(connections.records / f"{vid}.json"),
-                                       [], [_leak(vid, connections.records)], True))
+            volumes.append(VolumeAudit(vid, _recorded_device(connections.path(vid)),
+                                       [], [_leak(vid, connections.path(vid))], True))
+    for path in damaged:
+        volumes.append(VolumeAudit(path.stem, str(path), [], [Danger("record", (
+            f"the host-connection record {path} is unreadable or damaged: virtdriver cannot "
+            "tell what to release for that volume; inspect it, release by hand if needed, "
+            "and remove the file"))], True))
     volumes.sort(key=lambda v: (not v.dangers, v.volume == "-", v.volume, v.source))
     return AuditReport(conn.getURI(), str(state_dir), volumes)
 
@@ -119,8 +118,7 @@ def audit_host(conn: libvirt.virConnect, state_dir: str | Path) -> AuditReport:
 
 
 def volume_id_of(use: DiskUse) -> str | None:
-    alias = use.alias
-    return alias[len(ALIAS_PREFIX):] if alias and alias.startswith(ALIAS_PREFIX) else None
+    return use.volume
 
 
 def group_disks(states: Iterable[DomainState]) -> list[list[DiskUse]]:
@@ -142,7 +140,7 @@ def group_disks(states: Iterable[DomainState]) -> list[list[DiskUse]]:
         for use in state.disks:
             vid = volume_id_of(use)
             tokens: list[object] = [("volume", vid)] if vid is not None else []
-            key = source_key(use.disk)
+            key = use.data
             if key is not None:
                 tokens.append(key)
             if not tokens:
@@ -164,17 +162,8 @@ def attachment_of(use: DiskUse) -> AuditAttachment:
         device=(disk.target.dev or "") if disk.target else "",
         mode="ro" if disk.readonly else "rw", shareable=disk.shareable,
         cache=driver.cache if driver else None, format=driver.type if driver else None,
-        labels=labels_of(disk), alias=use.alias, source=describe_source(disk),
+        labels=labels_of(disk), alias=use.device_alias, source=describe_source(disk),
         state="live" if use.live else "config")
-
-
-def labels_of(disk: Disk) -> tuple[str, ...]:
-    """Per-disk seclabels as ``model:label`` or ``model:relabel=no``, sorted."""
-    found = []
-    for label in disk.source.seclabels if disk.source else []:
-        what = label.label or f"relabel={label.relabel or 'yes'}"
-        found.append(f"{label.model or 'default'}:{what}")
-    return tuple(sorted(found))
 
 
 def merge_views(attachments: list[AuditAttachment]) -> list[AuditAttachment]:
@@ -193,61 +182,25 @@ def merge_views(attachments: list[AuditAttachment]) -> list[AuditAttachment]:
 def _audit_group(group: list[DiskUse], recorded: list[str]) -> VolumeAudit:
     attachments = merge_views([attachment_of(u) for u in group])
     attachments.sort(key=lambda a: (a.guest, a.device, a.state))
-    ids = sorted({vid for u in group if (vid := volume_id_of(u)) is not None})
+    ids = sorted({vid for u in group if (vid := u.volume) is not None})
     volume = ", ".join(ids) or "-"
     sources = sorted({a.source for a in attachments if a.source})
-    return VolumeAudit(volume, ", ".join(sources), attachments, dangers_of(attachments),
-                       any(vid in recorded for vid in ids))
+    return VolumeAudit(volume, ", ".join(sources), attachments,
+                       dangers([u.as_use() for u in group]), any(v in recorded for v in ids))
 
 
 def dangers_of(attachments: list[AuditAttachment]) -> list[Danger]:
-    """What is unsafe about these attachments of one volume."""
-    dangers = []
-    guests = sorted({a.guest for a in attachments})
-    shared = len(guests) > 1
-    writers = any(a.mode == "rw" for a in attachments)
-    if shared and writers:  # read-only everywhere: nobody can corrupt or go stale
-        unshared = sorted({a.guest for a in attachments if not a.shareable})
-        if unshared:
-            dangers.append(Danger("unshared", (
-                f"attached to {', '.join(guests)} but not <shareable/> in {', '.join(unshared)}: "
-                "each QEMU assumes it is the only writer (block devices and network disks are "
-                "not locked)")))
-        cached = sorted({f"{a.guest} (cache={a.cache or 'default'})" for a in attachments
-                         if a.cache not in DIRECT_CACHE_MODES})
-        if cached:
-            dangers.append(Danger("cache", (
-                f"attached to {', '.join(guests)} but cached on the host in {', '.join(cached)}: "
-                "that guest reads stale data and writes late; use cache='none'")))
-    if shared:
-        label_sets = {a.labels for a in attachments}
-        if len(label_sets) > 1:
-            described = "; ".join(f"{a.guest}: {' '.join(a.labels) or 'none (libvirt decides)'}"
-                                  for a in _one_per_labels(attachments))
-            dangers.append(Danger("labels", (
-                f"per-disk labels differ ({described}): relabelling the data for one guest can "
-                "cut the others off")))
-    formats = sorted({f"{a.guest} ({a.format})" for a in attachments
-                      if a.shareable and a.mode == "rw" and a.format not in (None, "raw")})
-    if formats:
-        dangers.append(Danger("format", (
-            f"shared read-write but not raw in {', '.join(formats)}: two QEMUs writing an image "
-            "format's metadata corrupt it; libvirt allows shared writes to raw images only")))
-    return dangers
+    """What is unsafe about these attachments of one volume (the sharing rules' verdict)."""
+    return dangers([Use(guest=a.guest, guest_uuid=a.guest_uuid, volume=None, data=None,
+                        shareable=a.shareable, readonly=a.mode == "ro", cache=a.cache,
+                        format=a.format, labels=a.labels, device=a.device)
+                    for a in attachments])
 
 
-def _one_per_labels(attachments: list[AuditAttachment]) -> list[AuditAttachment]:
-    seen: dict[tuple[str, tuple[str, ...]], AuditAttachment] = {}
-    for att in attachments:
-        seen.setdefault((att.guest, att.labels), att)
-    return list(seen.values())
-
-
-def _leak(vid: str, records: Path) -> Danger:
+def _leak(vid: str, record: Path) -> Danger:
     return Danger("leak", (
-        f"the host is still connected (record {records / (vid + '.json')}) but no guest uses "
-        "the volume: nothing will disconnect it; disconnect it with os-brick and remove the "
-        "record"))
+        f"the host is still connected (record {record}) but no guest uses the volume: nothing "
+        f"will disconnect it; release it with 'virtdriver release {vid}'"))
 
 
 def _recorded_device(record: Path) -> str:
@@ -276,8 +229,6 @@ ATTACHMENT_COLUMNS: Final = [("guest", "Guest"), ("device", "Device"), ("mode", 
 
 
 def format_report(report: AuditReport) -> str:
-    from virtdriver.cli_ops import table_lines
-
     lines: list[str] = []
     for vol in report.volumes:
         title = f"Volume {vol.volume}" if vol.volume != "-" else "Shared data without a volume id"

@@ -1,7 +1,9 @@
 """The ``virtdriver`` command line: a thin layer over the public API.
 
-Every failure is one line on stderr (``virtdriver: error: ...``) and a non-zero exit: 2 for bad
-input or usage, 1 for an operation the host refused. Never a traceback.
+Every failure is one line on stderr (``virtdriver: error: ...``) and a non-zero exit, one per kind
+of error (:data:`virtdriver.errors.EXIT_CODES`): 2 for bad input or usage, 3 for a refusal by the
+attach policy, 1 for a failure of the host or the hypervisor, 4 for a wait that ran out. Never a
+traceback.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from virtdriver.cli_ops import add_operator_commands as _add_operator_commands
-from virtdriver.errors import VirtDriverError
+from virtdriver.errors import VirtDriverError, show
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -33,26 +35,88 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+def shown_name(path: str) -> str:
+    """A file name as it may be echoed to a terminal: quoted and escaped unless plain text."""
+    return path if path.isprintable() and path.strip() == path and path else show(path)
+
+
+def _read_bytes(path: str) -> bytes | str:
+    if path != "-":
+        with open(path, "rb") as f:
+            return f.read()
+    stdin = sys.stdin
+    if stdin is None:
+        raise UsageError("standard input is closed")
+    buffer = getattr(stdin, "buffer", None)
+    return buffer.read() if buffer is not None else stdin.read()
+
+
 def load_connection_info(path: str) -> Any:
-    """Read CONNECTION_INFO from a JSON file, or from standard input for ``-``."""
+    """Read CONNECTION_INFO from a JSON file, or from standard input for ``-``.
+
+    A file and standard input are read the same way: bytes, decoded as UTF-8 (a leading UTF-8
+    byte-order mark is skipped), so the same bytes get the same answer from either.
+    """
+    name = "standard input" if path == "-" else shown_name(path)
     try:
-        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+        raw = _read_bytes(path)
     except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path}: not UTF-8 text") from None
+        raise UsageError(f"cannot read {name}: {exc.strerror or exc}") from None
+    except ValueError:  # a file name with NUL, or stdin closed underneath us
+        raise UsageError(f"cannot read {name}: not a usable file name or stream") from None
+    try:
+        text = raw.decode("utf-8-sig") if isinstance(raw, bytes) else raw.removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{name}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+                         f"{exc.start})") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}: not valid JSON: {exc.msg} (line {exc.lineno}, "
+        raise UsageError(f"{name}: not valid JSON: {exc.msg} (line {exc.lineno}, "
                          f"column {exc.colno})") from None
     except RecursionError:
-        raise UsageError(f"{path}: JSON nested too deeply") from None
+        raise UsageError(f"{name}: JSON nested too deeply") from None
+    except ValueError:  # a number longer than the interpreter converts
+        raise UsageError(f"{name}: not usable JSON: a number has too many digits") from None
+
+
+def emit(text: str) -> None:
+    """Write ``text`` and a newline to standard output.
+
+    XML is written as it is on a UTF-8 output; on any other encoding characters it cannot carry
+    become character references (still the same XML). A closed or vanished output is a usage
+    failure of one line, not a traceback.
+    """
+    out = sys.stdout
+    if out is None:
+        raise UsageError("standard output is closed")
+    encoding = getattr(out, "encoding", None) or "utf-8"
+    try:
+        out.write(text.encode(encoding, "xmlcharrefreplace").decode(encoding) + "\n")
+        out.flush()
+    except (BrokenPipeError, ValueError):  # ValueError: the stream was closed
+        _silence_stdout()
+        raise UsageError("standard output is closed") from None
+    except OSError as exc:
+        _silence_stdout()
+        raise UsageError(f"cannot write to standard output: {exc.strerror or exc}") from None
+
+
+def _silence_stdout() -> None:
+    """Point file descriptor 1 at /dev/null so the interpreter's final flush cannot fail too."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass  # not a real file (tests capture output): nothing left to flush
 
 
 def _render(args: argparse.Namespace) -> int:
+    from virtdriver.policy import check_hotplug_bus
     from virtdriver.render import build_disk
 
+    check_hotplug_bus(args.bus, "--bus")  # render prints what attach would use
     info = load_connection_info(args.connection_info)
     if args.multiattach:
         if not isinstance(info, dict):
@@ -65,7 +129,7 @@ def _render(args: argparse.Namespace) -> int:
         mount_base=args.mount_base, label_policy=args.label_policy,
         shared_image_label=args.shared_image_label, native_iscsi=args.native_iscsi,
         native_glusterfs=args.native_glusterfs)
-    print(disk.to_xml())
+    emit(disk.to_xml())
     return 0
 
 
@@ -112,7 +176,7 @@ def add_host_options(p: argparse.ArgumentParser) -> None:
 
 
 def _unit(text: str) -> int:
-    if not text.isdigit():
+    if not (text.isdigit() and text.isascii() and len(text) <= 9):
         raise argparse.ArgumentTypeError(f"{text!r} is not a unit number")
     return int(text)
 
@@ -202,6 +266,14 @@ def _detach(args: argparse.Namespace) -> int:
     return 0
 
 
+def _release(args: argparse.Namespace) -> int:
+    if _driver(args).release_volume(args.volume_id):
+        print(f"Host connection of volume {args.volume_id} released")
+    else:
+        print(f"Volume {args.volume_id} has no recorded host connection: nothing to release")
+    return 0
+
+
 def _list(args: argparse.Namespace) -> int:
     attachments = [a.to_api() for a in _driver(args).list_attachments(args.domain)]
     if args.json:
@@ -266,6 +338,16 @@ def _add_hypervisor_commands(sub: Any) -> None:
     p.add_argument("volume_id", metavar="VOLUME_ID")
     p.add_argument("--timeout", type=float, metavar="S", help="seconds to wait (default 30)")
     p.set_defaults(func=_detach)
+
+    p = sub.add_parser(
+        "release", help="release a leaked host connection", formatter_class=raw,
+        description="Release the host side recorded for a volume (os-brick connection, libvirt "
+                    "secrets, share mount) when no guest on this host uses the volume any more, "
+                    "e.g. after a guest disappeared behind virtdriver's back ('virtdriver audit' "
+                    "reports such a leak). Refused while any guest uses the volume.",
+        epilog="example:\n  virtdriver release 4f1c2b7e-9d1a-4c55-8e0b-2f3a4b5c6d7e")
+    p.add_argument("volume_id", metavar="VOLUME_ID")
+    p.set_defaults(func=_release)
 
     p = sub.add_parser("list", help="list a guest's volume attachments", formatter_class=raw,
                        description="List the volumes attached to a guest.",
@@ -333,22 +415,32 @@ class _OneLineFormatter(logging.Formatter):
 
 
 def _quiet_logging() -> None:
-    """virtdriver's own errors as one line each; os-brick's and oslo's internal logging (which
-    logs whole tracebacks for a failed connect that we report as one typed error) not at all."""
+    """virtdriver's own errors as one line each. os-brick's and oslo's logging (which logs whole
+    tracebacks for a failed connect that we report as one typed error) comes through
+    ``virtdriver.backend`` at DEBUG (see :mod:`virtdriver.hypervisor.brick`): not shown here."""
     if not logging.getLogger().handlers:
         handler = logging.StreamHandler()
         handler.setFormatter(_OneLineFormatter("virtdriver: %(message)s"))
         logging.getLogger().addHandler(handler)
         logging.getLogger().setLevel(logging.ERROR)
-    for noisy in ("os_brick", "oslo_concurrency", "oslo_privsep", "oslo.privsep"):
-        logging.getLogger(noisy).setLevel(logging.CRITICAL + 1)
 
 
 def exit_code(exc: VirtDriverError) -> int:
-    from virtdriver.errors import HypervisorError
-
-    return EXIT_FAILED if isinstance(exc, HypervisorError) else EXIT_USAGE
+    """The exit status of an error's kind (see :data:`virtdriver.errors.EXIT_CODES`)."""
+    return exc.exit_code
 
 
 def _fail(message: str) -> None:
-    print(f"virtdriver: error: {' '.join(message.split())}", file=sys.stderr)
+    text = " ".join(message.split())
+    if not text.isprintable():  # never echo escape sequences or other controls to a terminal
+        text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+    line = f"virtdriver: error: {text}\n"
+    err = sys.stderr
+    if err is None:
+        return
+    try:
+        encoding = getattr(err, "encoding", None) or "utf-8"
+        err.write(line.encode(encoding, "backslashreplace").decode(encoding))
+        err.flush()
+    except (OSError, ValueError):
+        pass  # nowhere left to say it; the exit status still does

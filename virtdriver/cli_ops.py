@@ -9,22 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping, Sequence
 from typing import Any
+
+from virtdriver.tables import table_lines  # noqa: F401 - used by the demo and doctor
 
 EXIT_OK = 0
 EXIT_PROBLEM = 1
-
-
-def table_lines(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, str]]) -> list[str]:
-    """Rows as an aligned table in the CLI's style: titles, a rule, one line per row."""
-    cells = [[str(row.get(key, "")) for key, _ in columns] for row in rows]
-    widths = [max([len(title)] + [len(line[i]) for line in cells])
-              for i, (_, title) in enumerate(columns)]
-    lines = ["  ".join(title.ljust(w) for (_, title), w in zip(columns, widths)).rstrip(),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in cells]
-    return lines
 
 
 def _doctor(args: argparse.Namespace) -> int:

@@ -158,7 +158,7 @@ ATTACHMENT_COLUMNS = [("server_name", "Guest"), ("device", "Device"), ("attach_m
 
 
 def attachments_table(driver: Any, guests: Sequence[str]) -> list[str]:
-    from virtdriver.cli_ops import table_lines
+    from virtdriver.tables import table_lines
 
     rows = [a.to_api() | {"shareable": "yes" if a.shareable else "no"}
             for g in guests for a in driver.list_attachments(g)]

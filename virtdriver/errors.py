@@ -16,17 +16,62 @@ _REPR.maxother = 80
 
 def show(value: object) -> str:
     """A short, bounded ``repr`` for messages: never huge, never deeply recursive."""
-    return _REPR.repr(value)
+    try:
+        return _REPR.repr(value)
+    except ValueError:  # an int beyond the interpreter's int-to-string limit, wherever it sits
+        return "<a number too long to show>"
 
 
 class VirtDriverError(Exception):
-    """Base of every error virtdriver raises on purpose."""
+    """Base of every error virtdriver raises on purpose.
+
+    Every error belongs to one of four kinds, each with one exit code of the CLI
+    (:data:`EXIT_CODES`): bad input (:class:`InputError`), a refusal by the attach policy
+    (:class:`PolicyRefusal`), a failure of the host or the hypervisor (:class:`HostError`),
+    and a wait that ran out (:class:`OperationTimeout`).
+    """
+
+    exit_code: int = 1
+    kind: str = "host"
+
+
+class InputError(VirtDriverError):
+    """The request itself is unusable: fix the input (exit 2)."""
+
+    exit_code = 2
+    kind = "input"
+
+
+class PolicyRefusal(VirtDriverError):
+    """The request is well-formed but unsafe: the attach policy refuses it (exit 3)."""
+
+    exit_code = 3
+    kind = "policy"
+
+
+class HostError(VirtDriverError):
+    """The host, libvirt, QEMU or the storage failed or refused an operation (exit 1)."""
+
+    exit_code = 1
+    kind = "host"
+
+
+class OperationTimeout(VirtDriverError):
+    """A bounded wait ran out; nothing was changed by the part that timed out (exit 4)."""
+
+    exit_code = 4
+    kind = "timeout"
+
+
+#: The CLI's exit status for each kind of error (0 is success, 130 an interrupt).
+EXIT_CODES: dict[str, int] = {cls.kind: cls.exit_code
+                              for cls in (HostError, InputError, PolicyRefusal, OperationTimeout)}
 
 
 # --- the XML model -------------------------------------------------------------------------------
 
 
-class ConfigError(VirtDriverError):
+class ConfigError(InputError):
     """A libvirt XML document could not be read into, or written from, the model."""
 
 
@@ -45,7 +90,7 @@ class InvalidXMLValue(ConfigError):
 # --- input from the storage service or the caller ------------------------------------------------
 
 
-class InvalidConnectionInfo(VirtDriverError):
+class InvalidConnectionInfo(InputError):
     """``connection_info`` is missing a key, has a wrong type or an unusable value.
 
     ``path`` names the offending key, e.g. ``connection_info.data.qos_specs.read_iops_sec``.
@@ -57,15 +102,19 @@ class InvalidConnectionInfo(VirtDriverError):
         super().__init__(f"{path}: {problem}")
 
 
-class InvalidRenderOption(VirtDriverError):
-    """A render option (target device, bus, SCSI unit, ...) is not usable."""
+class InvalidRenderOption(InputError):
+    """A render or host option (target device, bus, SCSI unit, label policy, ...) is not usable."""
 
 
-class InvalidAttachMode(VirtDriverError):
+class InvalidAttachMode(InputError):
     """The attach mode is not ``ro`` or ``rw``, or is given where none is allowed."""
 
 
-class UnsupportedVolumeType(VirtDriverError):
+class InvalidRequest(InputError):
+    """A call's arguments do not make sense together (a guest named twice, no guest, ...)."""
+
+
+class UnsupportedVolumeType(InputError):
     """No volume driver is registered for ``driver_volume_type``."""
 
     def __init__(self, volume_type: object, known: list[str]) -> None:
@@ -76,7 +125,10 @@ class UnsupportedVolumeType(VirtDriverError):
         )
 
 
-class UnsafeAttachment(VirtDriverError):
+# --- refusals by the attach policy ---------------------------------------------------------------
+
+
+class UnsafeAttachment(PolicyRefusal):
     """The policy refuses a combination that would risk data or access (see the message)."""
 
 
@@ -87,7 +139,7 @@ class MultiattachNotSupported(UnsafeAttachment):
 # --- the hypervisor layer ------------------------------------------------------------------------
 
 
-class HypervisorError(VirtDriverError):
+class HypervisorError(HostError):
     """libvirt or QEMU refused or failed an operation; ``libvirt_message`` holds its words."""
 
     def __init__(self, message: str, libvirt_message: str | None = None) -> None:
@@ -103,20 +155,32 @@ class HostConnectFailed(HypervisorError):
     """os-brick could not connect (or disconnect) the host side of a volume."""
 
 
+class StateError(HypervisorError):
+    """virtdriver's state directory (locks, host-connection records) is unusable or damaged."""
+
+
 class AttachFailed(HypervisorError):
     """Attaching failed; everything done on the way was undone."""
 
 
-class VolumeInUse(AttachFailed):
-    """The volume is attached elsewhere on this host and is not multiattach."""
+class InvalidAttachRequest(InvalidRequest, AttachFailed):
+    """An attach request that names no guest, or one guest twice (bad input, exit 2)."""
+
+
+class VolumeInUse(PolicyRefusal, AttachFailed):
+    """The volume (or its data) is attached elsewhere on this host in a way that forbids sharing."""
 
 
 class DetachFailed(HypervisorError):
     """The guest or libvirt refused the detach."""
 
 
-class DetachTimeout(DetachFailed):
+class DetachTimeout(OperationTimeout, DetachFailed):
     """libvirt did not confirm the device removal in time."""
+
+
+class LockTimeout(OperationTimeout, HostError):
+    """Another operation held a volume's lock for longer than the wait allowed."""
 
 
 class NotAttached(HypervisorError):
@@ -127,5 +191,9 @@ class SwapFailed(HypervisorError):
     """The block copy to the new volume failed; the guest still uses the old one."""
 
 
-class ExtendRefused(VirtDriverError):
+class SwapRefused(PolicyRefusal, SwapFailed):
+    """The policy refuses the swap (a shared source with other writers, the same volume, ...)."""
+
+
+class ExtendRefused(PolicyRefusal):
     """The new size is smaller than the volume, or the storage has not grown to it."""

@@ -10,8 +10,17 @@ from typing import Any, Final
 from virtdriver.config import Address, Alias, BlockIO, Disk, Driver, Encryption, IoTune, Secret
 from virtdriver.config import Target
 from virtdriver.errors import InvalidConnectionInfo, InvalidRenderOption, show
-from virtdriver.policy import apply_policy, effective_attach_mode
-from virtdriver.volume.base import RenderOptions
+from virtdriver.policy import (
+    apply_policy,
+    check_block_sizes,
+    check_label_options,
+    check_option_flag,
+    check_option_text,
+    check_throttle,
+    effective_attach_mode,
+)
+from virtdriver.volume.base import RenderOptions, optional_bool, whole_number
+from virtdriver.policy.identity import UUID_PATTERN, alias_for, check_volume_id
 from virtdriver.volume.registry import get_driver
 
 LOG = logging.getLogger(__name__)
@@ -19,11 +28,10 @@ LOG = logging.getLogger(__name__)
 BUS_PREFIX: Final = {"virtio": "vd", "scsi": "sd", "sata": "sd", "usb": "sd", "ide": "hd"}
 DEVICES: Final = ("disk", "lun")
 MAX_SCSI_UNIT: Final = 16383
+UNSIGNED_LONG_MAX: Final = 2**64 - 1  # libvirt's schema type for every <iotune> value
 
 _TARGET_DEV = re.compile(r"(vd|sd|hd)[a-z]{1,3}")
 _SERIAL = re.compile(r"[A-Za-z0-9_.+\- ]{1,255}")
-_ALIAS_ID = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
-_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
 QOS_KEYS: Final = frozenset(f"{kind}_{unit}_sec{suffix}"
                             for kind in ("total", "read", "write") for unit in ("bytes", "iops")
@@ -35,11 +43,13 @@ def build_disk(connection_info: Mapping[str, Any], *, attach_mode: str = "rw",
                scsi_unit: int | None = None, luks_secret_uuid: str | None = None,
                mount_base: str | None = None, label_policy: str = "auto",
                shared_image_label: str | None = None, native_iscsi: bool = False,
-               native_glusterfs: bool = False, initiator_iqn: str | None = None) -> Disk:
+               native_glusterfs: bool = False, initiator_iqn: str | None = None,
+               alias: str | None = None) -> Disk:
     """Render the ``<disk>`` for a volume.
 
     Raises a :class:`~virtdriver.errors.VirtDriverError` subclass naming the offending input for
-    anything invalid or unsafe; never returns XML libvirt's schema would reject.
+    anything invalid or unsafe; never returns XML libvirt's schema would reject. ``alias``
+    overrides the volume's own user alias (a guest that already holds that alias).
     """
     if not _is_mapping(connection_info):
         raise InvalidConnectionInfo("connection_info", "is not a JSON object")
@@ -49,14 +59,16 @@ def build_disk(connection_info: Mapping[str, Any], *, attach_mode: str = "rw",
     if not _is_mapping(data):
         raise InvalidConnectionInfo("connection_info.data", "is missing or not a JSON object")
     _check_target(target_dev, bus, device, scsi_unit)
+    check_label_options(label_policy, shared_image_label)
+    options = RenderOptions(
+        mount_base=check_option_text("mount_base", mount_base),
+        native_iscsi=check_option_flag("native_iscsi", native_iscsi),
+        native_glusterfs=check_option_flag("native_glusterfs", native_glusterfs),
+        initiator_iqn=check_option_text("initiator_iqn", initiator_iqn))
+    check_option_text("shared_image_label", shared_image_label)
     driver = get_driver(connection_info.get("driver_volume_type"))
-    options = RenderOptions(mount_base=mount_base, native_iscsi=native_iscsi,
-                            native_glusterfs=native_glusterfs, initiator_iqn=initiator_iqn)
     volume = driver.source(data, options)
     lun = device == "lun"
-    if lun and volume.disk_type == "file":
-        raise InvalidRenderOption(f"device 'lun' needs a block or iSCSI volume, not a "
-                                  f"{driver.volume_type} file")
 
     multiattach = connection_info.get("multiattach", False)
     if not isinstance(multiattach, bool):
@@ -71,22 +83,22 @@ def build_disk(connection_info: Mapping[str, Any], *, attach_mode: str = "rw",
         target=Target(dev=target_dev, bus=bus),
     )
     if not lun:
-        disk.blockio = _block_sizes(data)
+        disk.blockio = _block_sizes(data, bus)  # type: ignore[arg-type]
         disk.serial = _serial(connection_info.get("serial"))
     qos = data.get("qos_specs")
     if qos is not None:
         disk.iotune = iotune_from_qos(qos)
     if luks_secret_uuid is not None:
-        if not isinstance(luks_secret_uuid, str) or not _UUID.fullmatch(luks_secret_uuid):
+        if not isinstance(luks_secret_uuid, str) or not UUID_PATTERN.fullmatch(luks_secret_uuid):
             raise InvalidRenderOption(f"luks_secret_uuid: {show(luks_secret_uuid)} is not a UUID")
         disk.encryption = Encryption(format="luks",
                                      secret=Secret(type="passphrase", uuid=luks_secret_uuid))
-    alias = user_alias(connection_info)
+    alias = alias or user_alias(connection_info)
     if alias is not None:
         disk.alias = Alias(name=alias)
     if scsi_unit is not None:
         disk.address = Address.drive(scsi_unit)
-    encrypted = luks_secret_uuid is not None or data.get("encrypted") is True
+    encrypted = optional_bool(data, "encrypted") or luks_secret_uuid is not None
     return apply_policy(disk, attach_mode=mode, multiattach=multiattach,
                         host_attached=volume.host_attached, encrypted=encrypted,
                         label_policy=label_policy, shared_label=shared_image_label)
@@ -129,16 +141,13 @@ def volume_id(connection_info: Mapping[str, Any]) -> str | None:
         value, where = connection_info.get("serial"), "connection_info.serial"
     if value is None:
         return None
-    if not isinstance(value, str) or not _ALIAS_ID.fullmatch(value):
-        raise InvalidConnectionInfo(where, f"{show(value)} is not a volume id (letters, digits, "
-                                    "'-', '_' and '.')")
-    return value
+    return check_volume_id(value, where)
 
 
 def user_alias(connection_info: Mapping[str, Any]) -> str | None:
-    """``ua-<volume id>``, the alias by which the attachment is found again; ``None`` if no id."""
+    """``ua-<encoded volume id>``, the alias by which the attachment is found again."""
     vid = volume_id(connection_info)
-    return None if vid is None else f"ua-{vid}"
+    return None if vid is None else alias_for(vid)
 
 
 def _check_target(target_dev: object, bus: object, device: object, scsi_unit: object) -> None:
@@ -173,20 +182,14 @@ def _serial(value: object) -> str | None:
 
 
 def _discard(data: Mapping[str, Any]) -> str | None:
-    value = data.get("discard")
-    if value is None or value is False:
-        return None
-    if value is True:
-        return "unmap"
-    raise InvalidConnectionInfo("connection_info.data.discard", f"{show(value)} is not true or false")
+    return "unmap" if optional_bool(data, "discard") else None
 
 
 def _block_size(data: Mapping[str, Any], key: str) -> int | None:
     value = data.get(key)
     if value is None:
         return None
-    if isinstance(value, str) and value.isdigit() and value.isascii():
-        value = int(value)
+    value = whole_number(value)
     if (isinstance(value, bool) or not isinstance(value, int) or not 512 <= value <= 32768
             or value & (value - 1)):
         raise InvalidConnectionInfo(f"connection_info.data.{key}", f"{show(value)} is not a power "
@@ -194,9 +197,10 @@ def _block_size(data: Mapping[str, Any], key: str) -> int | None:
     return value
 
 
-def _block_sizes(data: Mapping[str, Any]) -> BlockIO | None:
+def _block_sizes(data: Mapping[str, Any], bus: str) -> BlockIO | None:
     logical = _block_size(data, "logical_block_size")
     physical = _block_size(data, "physical_block_size")
+    check_block_sizes(bus, logical, physical)
     if logical is None and physical is None:
         return None
     return BlockIO(logical_block_size=logical, physical_block_size=physical)
@@ -205,9 +209,8 @@ def _block_sizes(data: Mapping[str, Any]) -> BlockIO | None:
 def iotune_from_qos(qos: object) -> IoTune | None:
     """``<iotune>`` from Cinder's front-end ``qos_specs``; ``None`` when nothing is limited.
 
-    Unknown keys are ignored with a warning. ``total_*`` together with ``read_*``/``write_*`` of
-    the same kind, a burst without its base rate, a burst below its base rate and a burst length
-    without a burst are refused: libvirt and QEMU reject them at attach time.
+    Unknown keys are ignored with a warning; what libvirt or QEMU would refuse is refused by
+    :func:`virtdriver.policy.check_throttle`.
     """
     where = "connection_info.data.qos_specs"
     if not _is_mapping(qos):
@@ -217,28 +220,12 @@ def iotune_from_qos(qos: object) -> IoTune | None:
         if key not in QOS_KEYS:
             LOG.warning("ignoring unknown QoS key %r", key)
             continue
-        value = raw
-        if isinstance(value, str) and value.isdigit() and value.isascii():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InvalidConnectionInfo(f"{where}.{key}", f"{show(raw)} is not a non-negative integer")
+        value = whole_number(raw)
+        if (isinstance(value, bool) or not isinstance(value, int)
+                or not 0 <= value <= UNSIGNED_LONG_MAX):
+            raise InvalidConnectionInfo(f"{where}.{key}", f"{show(raw)} is not a non-negative integer "
+                                        f"(at most {UNSIGNED_LONG_MAX})")
         if value:
             values[key] = value
-    for key in values:
-        if not key.startswith("total") and "_max" not in key:
-            continue  # a plain read/write rate: nothing to cross-check
-        kind, _, rest = key.partition("_")  # "read", "iops_sec_max"
-        if kind == "total":
-            for part in ("read_" + rest, "write_" + rest):
-                if part in values:
-                    raise InvalidConnectionInfo(f"{where}.{key}", f"cannot be combined with {part}")
-        if rest.endswith("_max_length"):
-            if key[: -len("_length")] not in values:
-                raise InvalidConnectionInfo(f"{where}.{key}", f"needs {key[:-len('_length')]}")
-        elif rest.endswith("_max"):
-            base = key[: -len("_max")]
-            if base not in values or values[key] < values[base]:
-                raise InvalidConnectionInfo(f"{where}.{key}", f"needs {base} set and not above it")
-    if "size_iops_sec" in values and not any(k.endswith("iops_sec") for k in values):
-        raise InvalidConnectionInfo(f"{where}.size_iops_sec", "needs an iops limit")
+    check_throttle(values, where)
     return IoTune(**values) if values else None

@@ -23,6 +23,8 @@ class DomainDisks:
     disks: list[Disk]
     controllers: list[tuple[str, str | None]]  # (type, model) of each controller
     metadata: dict[str, str] = dataclasses.field(default_factory=dict)  # namespace -> XML
+    # Units taken on SCSI controller 0 (bus 0, target 0) by devices other than disks (hostdevs).
+    other_drive_units: set[int] = dataclasses.field(default_factory=set)
 
     @classmethod
     def from_xml(cls, text: str | bytes) -> DomainDisks:
@@ -34,6 +36,14 @@ class DomainDisks:
             disks = [Disk.from_element(node, strict=False) for node in devices.iterfind("disk")]
             controllers = [(c.get("type", ""), c.get("model"))
                            for c in devices.iterfind("controller")]
+            other_units = {int(unit) for node in devices if node.tag != "disk"
+                           for addr in node.iterfind("address")
+                           if addr.get("type") == "drive"
+                           and addr.get("controller", "0") == "0"
+                           and addr.get("bus", "0") == "0" and addr.get("target", "0") == "0"
+                           and (unit := addr.get("unit", "0")).isdigit()}
+        else:
+            other_units = set()
         metadata: dict[str, str] = {}
         meta = root.find("metadata")
         if meta is not None:
@@ -42,4 +52,5 @@ class DomainDisks:
                     metadata[node.tag[1:].partition("}")[0]] = etree.tostring(node,
                                                                                encoding="unicode")
         return cls(name=root.findtext("name", ""), uuid=root.findtext("uuid", ""),
-                   disks=disks, controllers=controllers, metadata=metadata)
+                   disks=disks, controllers=controllers, metadata=metadata,
+                   other_drive_units=other_units)

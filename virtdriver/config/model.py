@@ -25,9 +25,13 @@ from typing import Any, ClassVar, TypeVar
 
 from lxml import etree
 
-from virtdriver.errors import InvalidXMLValue, MalformedXML, UndeclaredXML
+from virtdriver.config.reader import ATTR, CHILD, CHILDREN, FLAG, TEXT_CHILD, Unknown, indented
+from virtdriver.config.reader import parse_xml, read
+from virtdriver.errors import InvalidXMLValue, UndeclaredXML
 
-ATTR, FLAG, TEXT_CHILD, CHILD, CHILDREN = "attr", "flag", "text", "child", "children"
+__all__ = ["ATTR", "CHILD", "CHILDREN", "FLAG", "TEXT_CHILD", "Converter", "Element", "INT", "STR",
+           "Unknown", "attr", "child", "children", "declared_fields", "element", "flag",
+           "parse_xml", "text_child"]
 _META = "virtdriver.xml"
 
 E = TypeVar("E", bound="Element")
@@ -105,14 +109,6 @@ class _Spec:
     cls: Any
 
 
-@dataclasses.dataclass(frozen=True)
-class Unknown:
-    """Undeclared parts kept by a lenient read: attributes in order and children as XML text."""
-
-    attrs: tuple[tuple[str, str], ...] = ()
-    children: tuple[str, ...] = ()
-
-
 class Element:
     """Base of every modelled element. Subclasses are made with :func:`element`."""
 
@@ -146,7 +142,7 @@ class Element:
         """Read an lxml element into this class."""
         if node.tag != cls.TAG:
             raise UndeclaredXML(f"expected <{cls.TAG}>, found <{node.tag}>")
-        return _read(cls, node, strict, cls.TAG)
+        return read(cls, node, strict, cls.TAG)  # type: ignore[no-any-return]
 
 
 def element(tag: str) -> Callable[[type[E]], type[E]]:
@@ -212,7 +208,16 @@ def _unknown_attrs(unknown: Unknown, tag: str) -> str:
 
 
 def _unknown_children(unknown: Unknown, inner: str) -> str:
-    return "".join("\n" + _reindent(raw, inner) for raw in unknown.children)
+    return "".join("\n" + inner + indented(raw, inner) for raw in unknown.children)
+
+
+def _kept(unknown: Unknown | None, tag: str, value: Any, inner: str) -> str | None:
+    """A declared marker or text child as read, when it carried undeclared parts."""
+    if unknown is not None:
+        for kept_tag, kept_value, raw in unknown.kept:
+            if kept_tag == tag and kept_value == value:
+                return indented(raw, inner)
+    return None
 
 
 # Strings already found to need no escaping. Most values come from a small vocabulary (types,
@@ -246,7 +251,8 @@ def _compile_writer(cls: type[Element]) -> Callable[[Any, str, str, str], str]:
     slow path, :func:`_escape_value`.
     """
     names: dict[str, Any] = {"_search": _SPECIAL.search, "_slow": _escape_value, "_safe": _SAFE,
-                             "_ua": _unknown_attrs, "_uc": _unknown_children, "_STR": STR}
+                             "_ua": _unknown_attrs, "_uc": _unknown_children, "_STR": STR,
+                             "_k": _kept}
     lines = ["def write(obj, tag, indent, lead):",
              "    s = lead + '<' + tag"]
     for i, spec in enumerate(cls._attrs):
@@ -272,13 +278,18 @@ def _compile_writer(cls: type[Element]) -> Callable[[Any, str, str, str], str]:
             lines.append(f"        b += x._writer(x, {spec.xml!r}, inner, il)")
         elif spec.kind == FLAG:
             lines.append("    if v:")
-            lines.append(f"        b += il + '<{spec.xml}/>'")
+            lines.append(f"        k = _k(u, {spec.xml!r}, v, inner) if u is not None else None")
+            lines.append(f"        b += il + (k or '<{spec.xml}/>')")
         else:
             names[f"_t{i}"] = spec.conv
             where = repr(f"{cls.TAG}/{spec.xml}")
             lines.append("    if v is not None:")
-            lines += _value_lines(spec.conv, f"_t{i}", where)  # type: ignore[arg-type]
-            lines.append(f"        b += f'{{il}}<{spec.xml}>{{v}}</{spec.xml}>'")
+            lines.append(f"        k = _k(u, {spec.xml!r}, v, inner) if u is not None else None")
+            lines.append("        if k is not None:")
+            lines.append("            b += il + k")
+            lines.append("        else:")
+            lines += ["    " + x for x in _value_lines(spec.conv, f"_t{i}", where)]  # type: ignore[arg-type]
+            lines.append(f"            b += f'{{il}}<{spec.xml}>{{v}}</{spec.xml}>'")
     lines += ["    if u is not None and u.children:",
               "        b += _uc(u, inner)",
               "    if not b:",
@@ -288,84 +299,3 @@ def _compile_writer(cls: type[Element]) -> Callable[[Any, str, str, str], str]:
     return names["write"]  # type: ignore[no-any-return]
 
 
-def _reindent(raw: str, indent: str) -> str:
-    return "\n".join(indent + line for line in raw.splitlines())
-
-
-# ---- the generic reader ------------------------------------------------------------------------
-
-_PARSER = etree.XMLParser(remove_blank_text=True, resolve_entities=False, no_network=True,
-                          huge_tree=False)
-
-
-def parse_xml(text: str | bytes) -> etree._Element:
-    """Parse XML text, turning lxml's errors into :class:`MalformedXML`."""
-    if isinstance(text, str):
-        text = text.encode("utf-8")
-    try:
-        return etree.fromstring(text, _PARSER)
-    except etree.XMLSyntaxError as exc:
-        raise MalformedXML(f"malformed XML: {exc}") from None
-
-
-def _convert(spec: _Spec, text: str, where: str) -> Any:
-    try:
-        return spec.conv.parse(text)  # type: ignore[union-attr]
-    except ValueError:
-        raise InvalidXMLValue(f"{where}: {text!r} is not a valid {spec.conv.name}") from None  # type: ignore[union-attr]
-
-
-def _read(cls: type[E], node: etree._Element, strict: bool, path: str) -> E:
-    values: dict[str, Any] = {}
-    extra_attrs: list[tuple[str, str]] = []
-    for name, text in node.attrib.items():
-        spec = cls._by_attr.get(name)
-        if spec is None:
-            if strict:
-                raise UndeclaredXML(f"{path}: undeclared attribute {name!r}")
-            extra_attrs.append((str(name), text))
-        else:
-            values[spec.field] = _convert(spec, text, f"{path}/@{name}")
-    if node.text is not None and node.text.strip():
-        if strict:
-            raise UndeclaredXML(f"{path}: unexpected text {node.text.strip()!r}")
-    extra_children: list[str] = []
-    for sub in node:
-        if not isinstance(sub.tag, str):  # comments and processing instructions
-            continue
-        spec = cls._by_tag.get(sub.tag)
-        where = f"{path}/{sub.tag}"
-        if spec is None:
-            if strict:
-                raise UndeclaredXML(f"{path}: undeclared element <{sub.tag}>")
-            extra_children.append(_raw(sub))
-            continue
-        kind = spec.kind
-        if kind == CHILDREN:
-            values.setdefault(spec.field, []).append(_read(spec.cls, sub, strict, where))
-            continue
-        if spec.field in values:
-            if strict:
-                raise UndeclaredXML(f"{where}: element may appear only once")
-            extra_children.append(_raw(sub))
-            continue
-        if kind == CHILD:
-            values[spec.field] = _read(spec.cls, sub, strict, where)
-        elif kind == FLAG:
-            if strict and (len(sub) or sub.attrib or (sub.text or "").strip()):
-                raise UndeclaredXML(f"{where}: marker element must be empty")
-            values[spec.field] = True
-        else:
-            if strict and (len(sub) or sub.attrib):
-                raise UndeclaredXML(f"{where}: must hold text only")
-            values[spec.field] = _convert(spec, sub.text or "", where)
-    if extra_attrs or extra_children:
-        values["unknown"] = Unknown(tuple(extra_attrs), tuple(extra_children))
-    return cls(**values)
-
-
-def _raw(node: etree._Element) -> str:
-    copy = etree.fromstring(etree.tostring(node))
-    copy.tail = None
-    etree.indent(copy, space="  ")
-    return etree.tostring(copy, encoding="unicode")

@@ -23,12 +23,51 @@ _setup_lock = threading.Lock()
 _ready = False
 
 
+# os-brick and the oslo libraries it drives log under their own names. Their records go to
+# ``virtdriver.backend.<their name>`` at DEBUG instead (the original level leads the message):
+# every failure they log reaches the caller as one of our typed errors, so what they say is
+# diagnostics, shown when an application enables DEBUG for ``virtdriver.backend``, and never by
+# Python's last-resort handler (os-brick warns "Connection details not present" for every
+# RemoteFs connector made without a mount point, for instance).
+BACKEND_LOGGER = "virtdriver.backend"
+FOREIGN_LOGGERS = ("os_brick", "oslo_concurrency", "oslo_privsep", "oslo.privsep")
+
+
+class _Forward(logging.Handler):
+    """Re-emits a foreign record under ``virtdriver.backend``, demoted to DEBUG, no traceback."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        target = logging.getLogger(f"{BACKEND_LOGGER}.{record.name}")
+        if not target.isEnabledFor(logging.DEBUG):
+            return
+        try:
+            text = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed foreign record must not break an attach
+            text = str(record.msg)
+        target.handle(logging.makeLogRecord({
+            "name": target.name, "levelno": logging.DEBUG, "levelname": "DEBUG",
+            "msg": "[%s] %s", "args": (record.levelname, text), "pathname": record.pathname,
+            "lineno": record.lineno, "funcName": record.funcName, "created": record.created,
+            "msecs": record.msecs, "thread": record.thread, "threadName": record.threadName,
+            "process": record.process}))
+
+
+def route_foreign_logging() -> None:
+    """Send os-brick's and oslo's logging through ``virtdriver.backend`` (idempotent)."""
+    for name in FOREIGN_LOGGERS:
+        foreign = logging.getLogger(name)
+        if not any(isinstance(h, _Forward) for h in foreign.handlers):
+            foreign.addHandler(_Forward())
+        foreign.propagate = False
+
+
 def setup(lock_dir: Path) -> None:
     """Configure os-brick once per process."""
     global _ready
     with _setup_lock:
         if _ready:
             return
+        route_foreign_logging()
         _import_in_own_thread()
         import os_brick
         import os_brick.privileged
@@ -125,10 +164,16 @@ def disconnect(protocol: str, properties: dict[str, Any], device_info: dict[str,
                                 _describe(exc)) from None
 
 
-def extend(protocol: str, properties: dict[str, Any], lock_dir: Path) -> int | None:
-    """os-brick's extend (rescan) for connectors that have one; the new size, or ``None``."""
+def extend(protocol: str, properties: dict[str, Any], lock_dir: Path,
+           **connector_options: Any) -> int | None:
+    """os-brick's extend (rescan) for connectors that have one; the new size, or ``None``.
+
+    ``connector_options`` are those the volume was connected with (a share's mount point base):
+    the connector is the same one. Connectors for files on a share have no extend (the file grows
+    on the share and QEMU's block resize does the rest): ``None``.
+    """
     try:
-        size = connector_for(protocol, lock_dir).extend_volume(properties)
+        size = connector_for(protocol, lock_dir, **connector_options).extend_volume(properties)
     except NotImplementedError:
         return None
     except Exception as exc:

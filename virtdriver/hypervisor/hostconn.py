@@ -19,8 +19,11 @@ from typing import Any
 
 import libvirt
 
-from virtdriver.errors import HostConnectFailed
-from virtdriver.hypervisor import brick
+from virtdriver.config.secret import LibvirtSecret, SecretUsage
+from virtdriver.errors import HostConnectFailed, StateError
+from virtdriver.hypervisor import brick, mounts
+from virtdriver.hypervisor.locks import file_token
+from virtdriver.volume.base import HostSecret
 from virtdriver.secrets import without_secrets
 
 
@@ -37,32 +40,66 @@ class HostRecord:
 
 
 class HostConnections:
+    """The records under ``<state_dir>/connections``, one per volume (named by
+    :func:`~virtdriver.hypervisor.locks.file_token`, the volume id kept inside)."""
+
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
         self.records = state_dir / "connections"
 
-    def _path(self, volume_id: str) -> Path:
-        return self.records / f"{volume_id}.json"
+    def path(self, volume_id: str) -> Path:
+        return self.records / f"{file_token(volume_id)}.json"
 
     def load(self, volume_id: str) -> HostRecord | None:
+        """The volume's record, ``None`` when there is none; :class:`StateError` when damaged."""
+        return self._read(self.path(volume_id))[1]
+
+    def _read(self, path: Path) -> tuple[str | None, HostRecord | None]:
         try:
-            raw = json.loads(self._path(volume_id).read_text())
+            raw = json.loads(path.read_text())
         except FileNotFoundError:
-            return None
-        raw["secrets"] = [tuple(s) for s in raw.get("secrets", [])]
-        return HostRecord(**raw)
+            return None, None
+        except (OSError, ValueError) as exc:
+            raise StateError(f"the host-connection record {path} is unreadable or damaged "
+                             f"({getattr(exc, 'strerror', None) or exc}); "
+                             "'virtdriver audit' lists it") from None
+        try:
+            if not isinstance(raw, dict):
+                raise TypeError("not a JSON object")
+            vid = raw.pop("volume_id", None)
+            raw["secrets"] = [tuple(s) for s in raw.get("secrets", [])]
+            record = HostRecord(**raw)
+            if not isinstance(record.properties, dict) or not isinstance(record.device_info, dict):
+                raise TypeError("properties or device_info is not an object")
+        except (TypeError, ValueError) as exc:
+            raise StateError(f"the host-connection record {path} is damaged ({exc}); "
+                             "'virtdriver audit' lists it") from None
+        return vid, record
 
     def save(self, volume_id: str, record: HostRecord) -> None:
-        self.records.mkdir(parents=True, exist_ok=True)
-        tmp = self._path(volume_id).with_suffix(".tmp")
-        tmp.write_text(json.dumps(dataclasses.asdict(record), default=str))
-        os.replace(tmp, self._path(volume_id))
+        path = self.path(volume_id)
+        try:
+            self.records.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(dataclasses.asdict(record) | {"volume_id": volume_id},
+                                      default=str))
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise StateError(f"cannot write the host-connection record {path}: "
+                             f"{exc.strerror or exc} (check the state directory)") from None
 
     def connect(self, volume_id: str, protocol: str, properties: dict[str, Any],
                 **connector_options: Any) -> dict[str, Any]:
-        """os-brick connect (idempotent for an already connected volume), recorded."""
+        """os-brick connect (idempotent for an already connected volume), recorded.
+
+        A share is mounted below the connector's mount point base: that base is made a shared
+        mount first, so the mount reaches the guests' QEMU (see :mod:`.mounts`).
+        """
+        for key, value in connector_options.items():
+            if key.endswith("_mount_point_base") and value:
+                mounts.ensure_shared(str(value), self.state_dir / "locks")
+        record = self.load(volume_id) or HostRecord()  # a damaged record stops us before connecting
         device_info = brick.connect(protocol, properties, self.state_dir, **connector_options)
-        record = self.load(volume_id) or HostRecord()
         record.protocol = protocol
         record.properties = without_secrets(properties)
         record.device_info = without_secrets(device_info)
@@ -70,28 +107,33 @@ class HostConnections:
         mount_base = connector_options.get(f"{protocol.lower()}_mount_point_base")
         if mount_base and device_info.get("path"):
             record.mount_point = os.path.dirname(device_info["path"])
-        self.save(volume_id, record)
+        try:
+            self.save(volume_id, record)
+        except StateError:
+            brick.disconnect(protocol, properties, device_info, self.state_dir,
+                             **connector_options)
+            raise
         return device_info
 
-    def add_secret(self, conn: libvirt.virConnect, volume_id: str, usage_type: str, usage: str,
-                   value: bytes) -> None:
+    def add_secret(self, conn: libvirt.virConnect, volume_id: str, secret: HostSecret) -> None:
         """Define (or refresh) a private libvirt secret for QEMU, recorded for removal."""
-        xml = (f"<secret ephemeral='no' private='yes'><usage type='{usage_type}'>"
-               f"<target>{usage}</target></usage></secret>")
+        xml = LibvirtSecret(ephemeral="no", private="yes",
+                            usage=SecretUsage(type=secret.usage_type,
+                                              target=secret.usage)).to_xml()
+        record = self.load(volume_id) or HostRecord()
         try:
             try:
-                secret = conn.secretLookupByUsage(USAGE_TYPES[usage_type], usage)
+                found = conn.secretLookupByUsage(USAGE_TYPES[secret.usage_type], secret.usage)
             except libvirt.libvirtError as exc:
                 if exc.get_error_code() != libvirt.VIR_ERR_NO_SECRET:
                     raise
-                secret = conn.secretDefineXML(xml, 0)
-            secret.setValue(value, 0)
+                found = conn.secretDefineXML(xml, 0)
+            found.setValue(secret.value, 0)
         except libvirt.libvirtError as exc:
-            raise HostConnectFailed(f"cannot store the {usage_type} secret for volume "
+            raise HostConnectFailed(f"cannot store the {secret.usage_type} secret for volume "
                                     f"{volume_id} in libvirt", exc.get_error_message()) from None
-        record = self.load(volume_id) or HostRecord()
-        if (usage_type, usage) not in record.secrets:
-            record.secrets.append((usage_type, usage))
+        if (secret.usage_type, secret.usage) not in record.secrets:
+            record.secrets.append((secret.usage_type, secret.usage))
         self.save(volume_id, record)
 
     def release(self, volume_id: str, conn: libvirt.virConnect, mounted_in_use: Any,
@@ -116,13 +158,30 @@ class HostConnections:
 
     def forget(self, volume_id: str) -> None:
         """Drop the record without releasing anything (the resources belong to someone else)."""
-        self._path(volume_id).unlink(missing_ok=True)
+        try:
+            self.path(volume_id).unlink(missing_ok=True)
+        except OSError as exc:
+            raise StateError(f"cannot remove {self.path(volume_id)}: {exc.strerror or exc}") from None
+
+    def scan(self) -> tuple[list[str], list[Path]]:
+        """Volume ids with a readable record, and the paths of damaged records."""
+        try:
+            paths = sorted(self.records.glob("*.json")) if self.records.is_dir() else []
+        except OSError:
+            return [], []
+        found, damaged = [], []
+        for path in paths:
+            try:
+                vid, _ = self._read(path)
+            except StateError:
+                damaged.append(path)
+                continue
+            found.append(vid if isinstance(vid, str) else path.stem)
+        return sorted(found), damaged
 
     def connected(self) -> list[str]:
         """Volume ids with host-side resources recorded."""
-        if not self.records.is_dir():
-            return []
-        return sorted(p.stem for p in self.records.glob("*.json"))
+        return self.scan()[0]
 
 
 USAGE_TYPES = {"iscsi": libvirt.VIR_SECRET_USAGE_TYPE_ISCSI,

@@ -1,39 +1,139 @@
-"""Inter-process locks (``flock`` on a file): one per volume, one per guest.
+"""Inter-process locks (``flock`` on a file): per volume, per data, per guest.
 
-A guest's lock file also holds a generation number that every attach through virtdriver raises
-while it holds the lock. An attach reads the number before it reads the guest's disks; finding it
-unchanged once it holds the lock proves that no other attach changed the guest meanwhile, so the
-disks already read still tell which targets are free and need not be read again.
+- A **volume lock** serializes everything done to one volume id on this host.
+- A **data lock** serializes everything done to one piece of data (a device, a file, a network
+  volume; :mod:`virtdriver.hypervisor.dataid`) whatever volume id names it, so two attaches of
+  different ids that point at one device cannot both pass the sharing check.
+- A **guest lock** serializes target choice and attach per guest; its file also holds a
+  generation number that every attach raises while it holds the lock. An attach reads the number
+  before it reads the guest's disks; finding it unchanged once it holds the lock proves that the
+  disks already read are still current.
+
+Why not fasteners or oslo.concurrency: their inter-process locks are POSIX record locks
+(``lockf``), which belong to the process, so two threads of one process (attach-many attaches
+guests in parallel) would not exclude each other; ``flock`` belongs to the open file description.
+The kernel drops a lock when its holder dies, so a crash never leaves a volume locked. Waits are
+bounded: past ``timeout`` a :class:`~virtdriver.errors.LockTimeout` names the holder, which each
+holder writes into its volume or data lock file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from virtdriver.errors import LockTimeout, StateError
+from virtdriver.policy.identity import encode_volume_id
+
+DEFAULT_TIMEOUT = 300.0  # seconds; a host connect (an iSCSI scan) can take minutes
+MAX_NAME = 160  # characters of an encoded id kept in a file name; longer ids are hashed
+GENERATION_WIDTH = 20  # digits, written in place with one pwrite
+
+
+def file_token(volume_id: str) -> str:
+    """A file-name-safe, collision-free name for a volume id (see :mod:`~virtdriver.policy.identity`)."""
+    encoded = encode_volume_id(volume_id)
+    if len(encoded) <= MAX_NAME:
+        return encoded
+    import hashlib
+
+    return "h-" + hashlib.sha256(volume_id.encode("utf-8")).hexdigest()
+
+
+def _open(path: Path) -> int:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise StateError(f"cannot use the lock file {path}: "
+                         f"{exc.strerror or exc} (check the state directory)") from None
+
+
+def _holder(fd: int) -> str:
+    try:
+        text = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+    return text if text and not text.isdigit() else ""
+
+
+def _acquire(fd: int, path: Path, what: str, timeout: float) -> None:
+    """Take the lock, waiting at most ``timeout`` seconds (``inf`` or ``None``: without bound)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+    except OSError as exc:
+        raise StateError(f"cannot lock {path}: {exc.strerror or exc}") from None
+    if timeout is None or timeout == float("inf"):
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return
+    # flock has no timed wait: poll with a growing pause (at most 50 ms), bounded in total.
+    deadline = time.monotonic() + max(0.0, timeout)
+    pause = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                holder = _holder(fd)
+                raise LockTimeout(f"{what} is busy: another operation "
+                                  f"({holder or 'holder unknown'}) has held its lock for more "
+                                  f"than {timeout:g} s; try again later") from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+
+def _note_holder(fd: int, operation: str) -> None:
+    note = f"pid {os.getpid()}, {operation}, since {time.strftime('%H:%M:%S')}".encode()
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, note, 0)
+
 
 @contextlib.contextmanager
-def volume_lock(lock_dir: Path, volume_id: str) -> Iterator[None]:
-    """Hold the exclusive lock of ``volume_id``; serializes threads and processes alike.
-
-    ``flock`` belongs to the open file description, so two threads of one process that each open
-    the file exclude each other just as two processes do; the kernel drops the lock if the holder
-    dies, so a crash never leaves a volume locked.
-    """
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_dir / f"volume-{volume_id}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
-                 0o600)
+def _exclusive(path: Path, what: str, operation: str, timeout: float) -> Iterator[None]:
+    fd = _open(path)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        _acquire(fd, path, what, timeout)
+        _note_holder(fd, operation)
         yield
     finally:
         os.close(fd)  # closing the last descriptor releases the lock
 
 
-GENERATION_WIDTH = 20  # digits, written in place with one pwrite
+def volume_lock(lock_dir: Path, volume_id: str, *, operation: str = "an operation",
+                timeout: float = DEFAULT_TIMEOUT) -> contextlib.AbstractContextManager[None]:
+    """Hold the exclusive lock of ``volume_id`` (threads and processes alike)."""
+    return _exclusive(lock_dir / f"volume-{file_token(volume_id)}.lock", f"volume {volume_id}",
+                      operation, timeout)
+
+
+def data_lock(lock_dir: Path, token: str, described: str, *, operation: str = "an operation",
+              timeout: float = DEFAULT_TIMEOUT) -> contextlib.AbstractContextManager[None]:
+    """Hold the exclusive lock of one piece of data (``token`` from ``dataid.identity_token``)."""
+    return _exclusive(lock_dir / f"data-{token}.lock", f"the data of {described}", operation,
+                      timeout)
+
+
+@contextlib.contextmanager
+def locks(lock_dir: Path, volumes: list[str], data: list[tuple[str, str]], *, operation: str,
+          timeout: float = DEFAULT_TIMEOUT) -> Iterator[None]:
+    """Volume locks, then data locks, each set in sorted order (so two callers never deadlock)."""
+    with contextlib.ExitStack() as stack:
+        for vid in sorted(set(volumes)):
+            stack.enter_context(volume_lock(lock_dir, vid, operation=operation, timeout=timeout))
+        for token, described in sorted(set(data)):
+            stack.enter_context(data_lock(lock_dir, token, described, operation=operation,
+                                          timeout=timeout))
+        yield
 
 
 def _guest_lock_path(lock_dir: Path, guest_uuid: str) -> Path:
@@ -49,10 +149,15 @@ def guest_generation(lock_dir: Path, guest_uuid: str) -> int:
     """The guest's attach generation, read without taking its lock (0 before the first)."""
     try:
         fd = os.open(_guest_lock_path(lock_dir, guest_uuid), os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return 0
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return 0
+        raise StateError(f"cannot read {_guest_lock_path(lock_dir, guest_uuid)}: "
+                         f"{exc.strerror or exc}") from None
     try:
         return _read_generation(fd)
+    except OSError:
+        return 0  # a directory or unreadable file: the attach re-reads the guest
     finally:
         os.close(fd)
 
@@ -71,13 +176,13 @@ class GuestLock:
 
 
 @contextlib.contextmanager
-def guest_lock(lock_dir: Path, guest_uuid: str) -> Iterator[GuestLock]:
+def guest_lock(lock_dir: Path, guest_uuid: str, *,
+               timeout: float = DEFAULT_TIMEOUT) -> Iterator[GuestLock]:
     """Hold the exclusive lock of one guest (target choice and attach are serialized per guest)."""
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(_guest_lock_path(lock_dir, guest_uuid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
-                 0o600)
+    path = _guest_lock_path(lock_dir, guest_uuid)
+    fd = _open(path)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        _acquire(fd, path, f"guest {guest_uuid}", timeout)
         yield GuestLock(fd)
     finally:
         os.close(fd)
@@ -85,10 +190,11 @@ def guest_lock(lock_dir: Path, guest_uuid: str) -> Iterator[GuestLock]:
 
 def lock_is_free(lock_dir: Path, volume_id: str) -> bool:
     """True when nobody holds the volume's lock (for checks and audits)."""
-    path = lock_dir / f"volume-{volume_id}.lock"
-    if not path.exists():
+    path = lock_dir / f"volume-{file_token(volume_id)}.lock"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
         return True
-    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -27,15 +27,19 @@ def bus_for(target_dev: str | None, has_scsi_controller: bool) -> str:
 
 
 def pick_target(disks: list[Disk], bus: str, target_dev: str | None,
-                guest: str = "the guest") -> tuple[str, int | None]:
-    """A free device name on ``bus`` (or ``target_dev`` if free) and, for SCSI, a free unit.
+                guest: str = "the guest", other_units: set[int] | frozenset[int] = frozenset(),
+                ) -> tuple[str, int | None]:
+    """A free device name on ``bus`` (or ``target_dev`` if free) and, for SCSI, a free unit
+    (``other_units``: units that devices other than disks, SCSI hostdevs, already take).
 
     Every SCSI disk gets an explicit drive address: from ``sdh`` on libvirt would otherwise try
     to hot-plug a second controller.
     """
     used = {d.target.dev for d in disks if d.target is not None}
     if target_dev is None:
-        target_dev = next(n for n in device_names(BUS_PREFIX[bus]) if n not in used)
+        target_dev = next((n for n in device_names(BUS_PREFIX[bus]) if n not in used), None)
+        if target_dev is None:
+            raise AttachFailed(f"no free {BUS_PREFIX[bus]}X device name left in {guest}")
     elif target_dev in used:
         raise AttachFailed(f"device {target_dev} is already in use in {guest}")
     if bus != "scsi":
@@ -43,7 +47,7 @@ def pick_target(disks: list[Disk], bus: str, target_dev: str | None,
     units = {int(d.address.unit) for d in disks
              if d.address is not None and d.address.type == "drive"
              and d.address.controller in (None, "0") and d.address.unit is not None
-             and d.target is not None and d.target.bus == "scsi"}
+             and d.target is not None and d.target.bus == "scsi"} | set(other_units)
     unit = next((u for u in range(MAX_SCSI_UNIT + 1) if u not in units), None)
     if unit is None:
         raise AttachFailed(f"no free unit on SCSI controller 0 of {guest}")

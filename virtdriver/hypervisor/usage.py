@@ -9,12 +9,16 @@ attachment present in only one of the two still counts.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable
 
 import libvirt
 
 from virtdriver.config import Disk, DomainDisks
+from virtdriver.hypervisor.dataid import DataIdentity, data_identity
 from virtdriver.hypervisor.metadata import NS, parse_notes
+from virtdriver.policy.identity import names_guest, volume_of_alias
+from virtdriver.policy.sharing import Use
 
 LIST_ACTIVE = libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE
 LIST_PERSISTENT = libvirt.VIR_CONNECT_LIST_DOMAINS_PERSISTENT
@@ -22,31 +26,56 @@ LIST_PERSISTENT = libvirt.VIR_CONNECT_LIST_DOMAINS_PERSISTENT
 
 @dataclasses.dataclass(frozen=True)
 class DiskUse:
-    """One disk of one domain, as libvirt reports it."""
+    """One disk of one domain, as libvirt reports it: the one view every step and report uses."""
 
     domain_name: str
     domain_uuid: str
     active: bool
     live: bool  # read from the running guest (False: from the persistent definition)
     disk: Disk
-    inherited_from: str | None = None  # the device's own alias when it now serves another volume
-
-    @property
-    def alias(self) -> str | None:
-        """``ua-<volume id>`` of the volume this disk serves (see metadata.py for swaps)."""
-        if self.inherited_from is not None:
-            return self.inherited_from
-        return self.disk.alias.name if self.disk.alias is not None else None
+    inherited_from: str | None = None  # the volume a swapped device now serves (metadata note)
 
     @property
     def device_alias(self) -> str | None:
         """The alias libvirt knows the device by (events, detach)."""
         return self.disk.alias.name if self.disk.alias is not None else None
 
+    @property
+    def volume(self) -> str | None:
+        """The volume id this disk serves: the swap note's, else the one its alias encodes."""
+        if self.inherited_from is not None:
+            return self.inherited_from
+        return volume_of_alias(self.device_alias)
 
-def names_instance(name: str, uuid: str, instance: str) -> bool:
-    """True when ``instance`` is the domain's name or UUID (with or without dashes)."""
-    return instance in (name, uuid) or instance.lower().replace("-", "") == uuid.replace("-", "")
+    @functools.cached_property
+    def data(self) -> DataIdentity | None:
+        """The canonical identity of the data behind the disk."""
+        return data_identity(self.disk)
+
+    @property
+    def device(self) -> str:
+        return (self.disk.target.dev or "") if self.disk.target is not None else ""
+
+    def as_use(self) -> Use:
+        """This disk as the sharing rules see it."""
+        disk = self.disk
+        driver = disk.driver
+        return Use(guest=self.domain_name, guest_uuid=self.domain_uuid, volume=self.volume,
+                   data=self.data, shareable=disk.shareable, readonly=disk.readonly,
+                   cache=driver.cache if driver else None, format=driver.type if driver else None,
+                   labels=labels_of(disk), device=self.device, live=self.live)
+
+
+def labels_of(disk: Disk) -> tuple[str, ...]:
+    """Per-disk seclabels as ``model:label`` or ``model:relabel=no``, sorted."""
+    found = []
+    for label in disk.source.seclabels if disk.source else []:
+        what = label.label or f"relabel={label.relabel or 'yes'}"
+        found.append(f"{label.model or 'default'}:{what}")
+    return tuple(sorted(found))
+
+
+names_instance = names_guest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +117,7 @@ class DomainXml:
         if self.config is not None:
             disks += _uses(d.name, d.uuid, True, False, _read_xml(self.config, mentioning))
         return DomainState(d.dom, d.name, d.uuid, d.active, d.persistent, disks,
-                           current.controllers)
+                           current.controllers, current.other_drive_units)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +131,10 @@ class DomainState:
     persistent: bool
     disks: list[DiskUse]
     controllers: list[tuple[str, str | None]]
+    other_drive_units: set[int] = dataclasses.field(default_factory=set)  # SCSI hostdevs etc.
+
+    def uses(self) -> list[Use]:
+        return [u.as_use() for u in self.disks]
 
     def is_instance(self, instance: str) -> bool:
         """True when ``instance`` is this domain's name or UUID."""
@@ -132,7 +165,7 @@ def _uses(name: str, uuid: str, active: bool, live: bool, domain: DomainDisks) -
         note = notes.get(own or "")
         inherited = None
         if note is not None and note[1] == source_token(disk):
-            inherited = "ua-" + note[0]
+            inherited = note[0]
         uses.append(DiskUse(name, uuid, active, live, disk, inherited))
     return uses
 
@@ -197,61 +230,3 @@ def host_disks(conn: libvirt.virConnect) -> list[DiskUse]:
 def domain_disks(dom: libvirt.virDomain) -> list[DiskUse]:
     """Every disk of one domain (live and persistent)."""
     return DomainState.read(dom).disks
-
-
-XML_SPECIAL = frozenset("<>&'\"")
-
-
-def source_text(disk: Disk) -> str | None:
-    """Text that the XML of any disk with the same :func:`source_key` must contain (the device,
-    file or network volume name), or None when no such text can be relied on."""
-    key = source_key(disk)
-    if key is None:
-        return None
-    text = key[1] if key[0] in ("dev", "file") else key[2]
-    if not isinstance(text, str) or not text or XML_SPECIAL & set(text):
-        return None  # escaped in the XML, or nothing to look for: parse everything
-    return text
-
-
-@dataclasses.dataclass(frozen=True)
-class AttachTarget:
-    """A guest an attach goes to: its XML as read, and its attach generation read before."""
-
-    domain: DomainXml
-    generation: int
-
-    @property
-    def dom(self) -> libvirt.virDomain:
-        return self.domain.listed.dom
-
-    @property
-    def name(self) -> str:
-        return self.domain.listed.name
-
-    @property
-    def uuid(self) -> str:
-        return self.domain.listed.uuid
-
-
-@dataclasses.dataclass(frozen=True)
-class HostScan:
-    """What an attach read of the host under the volume lock."""
-
-    domains: list[DomainXml]
-    targets: list[AttachTarget]
-    users: list[DiskUse]  # the disks that already are the volume
-
-    def same_data_elsewhere(self, disk: Disk, guest: DomainState, alias: str,
-                            multiattach: bool) -> list[str]:
-        """Guests (``guest`` included, as read now) that use ``disk``'s data under another
-        name, or unshared where sharing is asked for."""
-        key = source_key(disk)
-        if key is None:
-            return []
-        text = source_text(disk)
-        states = [guest] + [d.state(mentioning=text) for d in self.domains
-                            if d.listed.uuid != guest.uuid]
-        return sorted({u.domain_name for state in states for u in state.disks
-                       if u.alias != alias and source_key(u.disk) == key
-                       and (not multiattach or not u.disk.shareable)})

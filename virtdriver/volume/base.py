@@ -75,6 +75,55 @@ class VolumeDriver:
     def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
         raise NotImplementedError
 
+    # ---- what the host side needs (the hypervisor layer asks; a plugin gets the same) ---------
+
+    def connector_options(self, options: RenderOptions) -> dict[str, Any]:
+        """Keyword arguments for os-brick's connector factory (e.g. a share's mount base)."""
+        return {}
+
+    def mount_base(self, options: RenderOptions) -> str | None:
+        """Where the host mounts this protocol's shares (``None``: it mounts nothing)."""
+        return None
+
+    def host_secrets(self, data: Mapping[str, Any], options: RenderOptions) -> list[HostSecret]:
+        """libvirt secrets QEMU needs to open the volume, defined before the attach and removed
+        with the host side (e.g. CHAP for QEMU's own iSCSI initiator)."""
+        return []
+
+    def data_key(self, data: Mapping[str, Any], options: RenderOptions) -> tuple[str, ...] | None:
+        """What names the volume's data before the host connects it, for a protocol whose
+        device path is only known afterwards (an iSCSI target and LUN); ``None``: the rendered
+        source names it."""
+        return None
+
+    # ---- what the host needs, and online extend (read by ``doctor`` and ``extend_volume``) ----
+    # A plugin declares these exactly as a built-in does; ``doctor`` lists every registered type.
+
+    #: QEMU's block driver when QEMU itself can connect the volume (``qemu-img --help`` lists it).
+    qemu_block_driver: ClassVar[str | None] = None
+    #: The host option that makes QEMU connect it, when that is not the default (``--native-...``).
+    qemu_option: ClassVar[str] = ""
+    #: Why an attached volume of this type cannot be grown online, or ``None`` when it can.
+    extend_refused: ClassVar[str | None] = None
+
+    def host_probe(self) -> tuple[bool, str] | None:
+        """Can this host connect the volume itself (kernel, tools)? ``(ok, why)`` in a few words,
+        or ``None`` when the host has no part in it (QEMU connects)."""
+        return None
+
+    def extend_refusal(self, options: RenderOptions) -> str | None:
+        """Why online extend is impossible with these host options (``None``: it is possible)."""
+        return self.extend_refused
+
+
+@dataclasses.dataclass(frozen=True)
+class HostSecret:
+    """A libvirt secret a volume needs: usage type (``iscsi``, ``ceph``), usage name, value."""
+
+    usage_type: str
+    usage: str
+    value: bytes = dataclasses.field(repr=False)
+
 
 # ---- reading ``data`` with messages that say where the problem is ------------------------------
 
@@ -83,13 +132,16 @@ def _where(key: str) -> str:
     return f"{DATA}.{key}"
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")  # cannot be encoded: never a path or a name
+
+
 def optional_str(data: Mapping[str, Any], key: str) -> str | None:
     value = data.get(key)
     if value is None:
         return None
     if not isinstance(value, str):
         raise InvalidConnectionInfo(_where(key), f"{show(value)} is not a string")
-    if not value or "\n" in value or "\r" in value or "\x00" in value:
+    if not value or "\n" in value or "\r" in value or "\x00" in value or _SURROGATE.search(value):
         raise InvalidConnectionInfo(_where(key), f"{show(value)} must be a non-empty single line")
     return value
 
@@ -109,12 +161,40 @@ def absolute_path(data: Mapping[str, Any], key: str) -> str:
     return value
 
 
+MAX_DIGITS = 20  # every number we accept fits in 20 digits (libvirt's unsignedLong)
+
+
+def whole_number(value: Any) -> Any:
+    """``value`` as an ``int`` when it is one or a short ASCII digit string; else unchanged.
+
+    Digit strings longer than :data:`MAX_DIGITS` are left as strings (and so refused by the
+    caller's type check) instead of meeting the interpreter's int-from-string limit.
+    """
+    if (isinstance(value, str) and value.isdigit() and value.isascii()
+            and len(value) <= MAX_DIGITS):
+        return int(value)
+    return value
+
+
+def optional_bool(data: Mapping[str, Any], key: str) -> bool:
+    """``data[key]`` as a boolean: only ``true``/``false`` (or absent, false) are accepted.
+
+    A string such as ``"false"`` or a number is refused: read as a truth value it would silently
+    mean the opposite of what was written, or hide a flag such as ``encrypted``.
+    """
+    value = data.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise InvalidConnectionInfo(_where(key), f"{show(value)} is not true or false")
+    return value
+
+
 def port_number(value: Any, where: str) -> int | None:
     """A TCP port given as an integer or a string of digits; ``None`` stays ``None``."""
     if value is None:
         return None
-    if isinstance(value, str) and value.isdigit() and value.isascii():
-        value = int(value)
+    value = whole_number(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
         raise InvalidConnectionInfo(where, f"{show(value)} is not a TCP port number")
     return value

@@ -1,9 +1,14 @@
 """Fibre Channel LUNs found by the host's HBAs: a host block device at ``data.device_path``."""
 
 from virtdriver.volume.block import HostBlockDeviceDriver
+from virtdriver.volume import probes
 
 
 class FibreChannelVolumeDriver(HostBlockDeviceDriver):
     volume_type = "fibre_channel"
     brick_protocol = "FIBRE_CHANNEL"
     io = "native"
+
+    def host_probe(self) -> tuple[bool, str] | None:
+        hosts = list((probes.SYS / "class" / "fc_host").glob("host*"))
+        return bool(hosts), f"{len(hosts)} FC HBA(s)" if hosts else "no FC HBA"

@@ -9,6 +9,7 @@ from virtdriver.config import Host, Source
 from virtdriver.errors import InvalidConnectionInfo, show
 from virtdriver.volume.base import DATA, RenderOptions, VolumeSource, disk_format, host_name
 from virtdriver.volume.remotefs import RemoteFsVolumeDriver
+from virtdriver.volume import probes
 
 GLUSTERD_PORT = 24007
 
@@ -17,8 +18,14 @@ class GlusterFSVolumeDriver(RemoteFsVolumeDriver):
     volume_type = "glusterfs"
     brick_protocol = "GLUSTERFS"
 
+    qemu_block_driver = "gluster"
+    qemu_option = "--native-glusterfs"
+
     def brick_protocol_for(self, options: RenderOptions) -> str | None:
         return None if options.native_glusterfs else self.brick_protocol
+
+    def host_probe(self) -> tuple[bool, str] | None:
+        return probes.fuse_mount("mount.glusterfs")
 
     def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
         if not options.native_glusterfs:

@@ -7,6 +7,7 @@ from typing import Any
 
 from virtdriver.config import Source
 from virtdriver.volume.base import RenderOptions, VolumeDriver, VolumeSource, absolute_path
+from virtdriver.volume import probes
 
 
 class GPFSVolumeDriver(VolumeDriver):
@@ -15,3 +16,7 @@ class GPFSVolumeDriver(VolumeDriver):
 
     def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
         return VolumeSource("file", Source(file=absolute_path(data, "device_path")))
+
+    def host_probe(self) -> tuple[bool, str] | None:
+        ok = probes.filesystem("gpfs")
+        return ok, "gpfs filesystem" if ok else "no gpfs filesystem"

@@ -15,22 +15,23 @@ from virtdriver.config import IQN, Auth, Host, Initiator, Secret, Source
 from virtdriver.errors import InvalidConnectionInfo, show
 from virtdriver.volume.base import (
     DATA,
+    HostSecret,
     RenderOptions,
     VolumeSource,
     auth_username,
     optional_str,
     required_str,
     split_portal,
+    whole_number,
 )
 from virtdriver.volume.block import HostBlockDeviceDriver
+from virtdriver.volume import probes
 
 ISCSI_PORT = 3260
 
 
 def lun_number(data: Mapping[str, Any]) -> int:
-    value = data.get("target_lun", 0)
-    if isinstance(value, str) and value.isdigit() and value.isascii():
-        value = int(value)
+    value = whole_number(data.get("target_lun", 0))
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 16384:
         raise InvalidConnectionInfo(f"{DATA}.target_lun", f"{show(value)} is not a LUN number")
     return value
@@ -55,8 +56,26 @@ class ISCSIVolumeDriver(HostBlockDeviceDriver):
     brick_protocol = "ISCSI"
     io = "native"
 
+    qemu_block_driver = "iscsi"
+    qemu_option = "--native-iscsi"
+
     def brick_protocol_for(self, options: RenderOptions) -> str | None:
         return None if options.native_iscsi else self.brick_protocol
+
+    def host_secrets(self, data: Mapping[str, Any], options: RenderOptions) -> list[HostSecret]:
+        if not options.native_iscsi or not uses_chap(data):
+            return []
+        password = data.get("auth_password")
+        if not isinstance(password, str) or not password:
+            raise InvalidConnectionInfo(f"{DATA}.auth_password", "is missing for CHAP")
+        usage = chap_secret_usage(required_str(data, "target_iqn"), lun_number(data))
+        return [HostSecret("iscsi", usage, password.encode())]
+
+    def data_key(self, data: Mapping[str, Any], options: RenderOptions) -> tuple[str, ...] | None:
+        return ("iscsi", required_str(data, "target_iqn"), str(lun_number(data)))
+
+    def host_probe(self) -> tuple[bool, str] | None:
+        return probes.iscsi_initiator()
 
     def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
         if not options.native_iscsi:

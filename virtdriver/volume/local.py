@@ -1,8 +1,12 @@
 """A block device already on the host (os-brick's LOCAL connector): a host block device at ``data.device_path``."""
 
 from virtdriver.volume.block import HostBlockDeviceDriver
+from virtdriver.volume import probes
 
 
 class LocalVolumeDriver(HostBlockDeviceDriver):
     volume_type = "local"
     brick_protocol = "LOCAL"
+
+    def host_probe(self) -> tuple[bool, str] | None:
+        return True, "any host block device: loop, LVM, ..."

@@ -23,6 +23,10 @@ NBD_PORT = 10809
 
 class NBDVolumeDriver(VolumeDriver):
     volume_type = "nbd"
+    qemu_block_driver = "nbd"
+    # QEMU's NBD client keeps the size the server announced at connect and refuses to grow it.
+    extend_refused = ("QEMU's NBD client cannot grow an export it has open; detach the volume, "
+                      "grow the export, and attach it again")
 
     def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
         export = optional_str(data, "name")

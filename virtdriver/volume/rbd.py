@@ -15,30 +15,38 @@ from virtdriver.volume.base import (
     VolumeSource,
     auth_username,
     host_name,
+    optional_bool,
     optional_str,
     port_number,
     required_str,
 )
 
 _IMAGE_NAME = re.compile(r"[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+){1,2}")
-_UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}")
+# libvirt's schema: 32 hex digits with all four dashes or with none
+_UUID = re.compile(r"[0-9a-fA-F]{8}(-?)[0-9a-fA-F]{4}\1[0-9a-fA-F]{4}\1[0-9a-fA-F]{4}\1[0-9a-fA-F]{12}")
 
 
-def _list(data: Mapping[str, Any], key: str) -> list[Any]:
-    value = data.get(key) or []
-    if not isinstance(value, list):
-        raise InvalidConnectionInfo(f"{DATA}.{key}", f"{show(value)} is not a list")
+def _list(data: Mapping[str, Any], key: str, *, non_empty: bool = False) -> list[Any]:
+    """A list, or ``[]`` when the key is absent; given but empty is refused with ``non_empty``."""
+    value = data.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or (non_empty and not value):
+        raise InvalidConnectionInfo(f"{DATA}.{key}", f"{show(value)} is not a non-empty list"
+                                    if non_empty else f"{show(value)} is not a list")
     return value
 
 
 class RBDVolumeDriver(VolumeDriver):
     volume_type = "rbd"
+    qemu_block_driver = "rbd"
 
     def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
         name = required_str(data, "name")
         if not _IMAGE_NAME.fullmatch(name):
             raise InvalidConnectionInfo(f"{DATA}.name", f"{show(name)} is not 'pool/image'")
-        hosts, ports = _list(data, "hosts"), _list(data, "ports")
+        # No hosts at all: QEMU takes the monitors from ceph.conf. Given, they must be a list.
+        hosts, ports = _list(data, "hosts", non_empty=True), _list(data, "ports")
         if ports and len(ports) != len(hosts):
             raise InvalidConnectionInfo(f"{DATA}.ports", f"has {len(ports)} entries for "
                                         f"{len(hosts)} hosts")
@@ -46,7 +54,7 @@ class RBDVolumeDriver(VolumeDriver):
             Host(name=host_name(h, f"{DATA}.hosts[{i}]"),
                  port=port_number(ports[i] if ports else None, f"{DATA}.ports[{i}]"))
             for i, h in enumerate(hosts)])
-        if data.get("auth_enabled"):
+        if optional_bool(data, "auth_enabled"):
             uuid = required_str(data, "secret_uuid")
             if not _UUID.fullmatch(uuid):
                 raise InvalidConnectionInfo(f"{DATA}.secret_uuid", f"{show(uuid)} is not a UUID")

@@ -49,11 +49,21 @@ class RemoteFsVolumeDriver(VolumeDriver):
         if "/" in name or name in (".", ".."):
             raise InvalidConnectionInfo(f"{DATA}.name", f"{show(name)} is not a file name")
         if not options.mount_base:
-            raise InvalidConnectionInfo(f"{DATA}.device_path", "is missing and no mount base "
-                                        "was given to find the file on the share")
+            raise InvalidConnectionInfo(f"{DATA}.device_path", "is missing, so the file is found "
+                                        "on the mounted share: give its mount base (mount_base, "
+                                        "--mount-base on the command line)")
         if not options.mount_base.startswith("/"):
             raise InvalidConnectionInfo("mount_base", f"{show(options.mount_base)} is not absolute")
         return posixpath.join(mount_point(options.mount_base, self.export(data)), name)
+
+    def mount_base(self, options: RenderOptions) -> str | None:
+        return options.mount_base if self.brick_protocol_for(options) else None
+
+    def connector_options(self, options: RenderOptions) -> dict[str, Any]:
+        protocol = self.brick_protocol_for(options)
+        if protocol is None or not options.mount_base:
+            return {}
+        return {f"{protocol.lower()}_mount_point_base": options.mount_base}
 
     def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
         return VolumeSource("file", Source(file=self.file_path(data, options)),

@@ -1,6 +1,7 @@
 """SMB/CIFS shares: a file on the mounted share (write-back cache unless shared)."""
 
 from virtdriver.volume.remotefs import RemoteFsVolumeDriver
+from virtdriver.volume import probes
 
 
 class SMBFSVolumeDriver(RemoteFsVolumeDriver):
@@ -8,3 +9,6 @@ class SMBFSVolumeDriver(RemoteFsVolumeDriver):
     brick_protocol = None  # mounted by the compute service's own SMB client, not os-brick
     cache = "writeback"
     io = None
+
+    def host_probe(self) -> tuple[bool, str] | None:
+        return probes.kernel_mount(("cifs", "smb3"), "mount.cifs")

@@ -1,9 +1,4 @@
-"""``virtdriver doctor``: can this host attach volumes, and can it share them safely?
-
-:func:`diagnose` reads the running libvirt and QEMU, the kernel and the filesystem and returns a
-:class:`DoctorReport`: one :class:`Check` per question, each ``ok``, ``warn`` or ``fail`` with a
-one-line explanation. A ``fail`` means multiattach cannot work on this host; ``warn`` means
-something works less well than it could (no KVM, no initiator for a protocol, ...).
+"""Doctor's probes of libvirt, QEMU, labels, directories and os-brick: each returns checks.
 
 Nothing is changed on the host, except that os-brick is set up (its lock directory created)
 when the connector properties are read.
@@ -11,81 +6,27 @@ when the connector properties are read.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import subprocess
-from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any
 
+from virtdriver.doctor.verdict import Check
 from virtdriver.errors import VirtDriverError
 from virtdriver.policy import VIRTUAL_IMAGE_CONTEXT
 
 if TYPE_CHECKING:
     from virtdriver.driver import LibvirtVolumeDriver
 
-Status = Literal["ok", "warn", "fail"]
-STATUSES: Final = ("ok", "warn", "fail")
-
 KVM_DEVICE = Path("/dev/kvm")
 SELINUX_ENFORCE = Path("/sys/fs/selinux/enforce")
-PROC_FILESYSTEMS = Path("/proc/filesystems")
-SYS = Path("/sys")
-
-
-@dataclasses.dataclass(frozen=True)
-class Check:
-    """One answered question: ``area`` and ``name`` say what, ``detail`` says why in one line."""
-
-    area: str
-    name: str
-    status: Status
-    detail: str
-
-
-@dataclasses.dataclass
-class DoctorReport:
-    uri: str
-    checks: list[Check]
-    facts: dict[str, Any]
-
-    @property
-    def failures(self) -> list[Check]:
-        return [c for c in self.checks if c.status == "fail"]
-
-    @property
-    def multiattach_ok(self) -> bool:
-        """True when nothing stops multiattach from working on this host."""
-        return not self.failures
-
-    def to_json(self) -> dict[str, Any]:
-        return {"uri": self.uri, "multiattach": self.multiattach_ok,
-                "problems": [f"{c.name}: {c.detail}" for c in self.failures],
-                "checks": [dataclasses.asdict(c) for c in self.checks],
-                "facts": self.facts}
-
-
-def diagnose(driver: LibvirtVolumeDriver) -> DoctorReport:
-    """Every check, in the order an operator reads them (the hypervisor first)."""
-    facts: dict[str, Any] = {}
-    checks: list[Check] = []
-    conn = _open(driver, checks)
-    if conn is not None:
-        checks += hypervisor_checks(driver, facts)
-        checks.append(kvm_check(conn, facts))
-        checks.append(security_driver_check(conn, facts))
-    checks += selinux_checks(facts)
-    checks += directory_checks(driver, facts)  # before os-brick creates the lock directory
-    checks.append(connector_check(driver, facts))
-    checks += protocol_checks(facts)
-    return DoctorReport(driver.uri, checks, facts)
 
 
 # ---- libvirt and QEMU ---------------------------------------------------------------------------
 
 
-def _open(driver: LibvirtVolumeDriver, checks: list[Check]) -> Any:
+def open_libvirt(driver: LibvirtVolumeDriver, checks: list[Check]) -> Any:
     try:
         return driver.connection.get()
     except VirtDriverError as exc:
@@ -287,24 +228,14 @@ def _says(state: str) -> str:
             "unusable": "is not writable"}[state]
 
 
-# ---- os-brick and the storage protocols ---------------------------------------------------------
-
-
 def connector_check(driver: LibvirtVolumeDriver, facts: dict[str, Any]) -> Check:
     """os-brick's connector properties: what the storage service is told about this host."""
-    import logging
-
-    quiet = logging.getLogger("os_brick")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)  # "Could not find the iSCSI Initiator File" is reported below
-    try:
+    try:  # os-brick's "Could not find the iSCSI Initiator File" is DEBUG, reported below
         props = driver.connector_properties()
     except VirtDriverError as exc:
         return Check("storage", "connector", "warn", str(exc))
     except OSError as exc:  # os-brick's lock directory lives in the state dir
         return Check("storage", "connector", "warn", f"cannot set up os-brick: {exc}")
-    finally:
-        quiet.setLevel(level)
     facts["connector_properties"] = props
     shown = [f"{k}={props[k]}" for k in ("host", "ip", "initiator", "nqn") if props.get(k)]
     missing = [k for k in ("initiator", "nqn") if not props.get(k)]
@@ -316,150 +247,9 @@ def connector_check(driver: LibvirtVolumeDriver, facts: dict[str, Any]) -> Check
     return Check("storage", "connector", "ok", detail)
 
 
-@dataclasses.dataclass(frozen=True)
-class Protocol:
-    """A storage protocol: how the host kernel could connect it, and QEMU's own driver if any."""
-
-    name: str
-    kernel: Callable[[], tuple[bool, str]] | None
-    qemu_driver: str | None = None
-    qemu_option: str = ""  # the host option that makes QEMU connect it (if not the default)
-
-
-def _binary(name: str) -> bool:
-    return shutil.which(name) is not None or Path("/sbin", name).exists()
-
-
-def _module(name: str) -> bool:
-    """A kernel module loaded or built in (built-ins with parameters appear in /sys/module)."""
-    return (SYS / "module" / name).is_dir()
-
-
-def _filesystem(name: str) -> bool:
-    try:
-        return any(line.split()[-1] == name
-                   for line in PROC_FILESYSTEMS.read_text().splitlines() if line.split())
-    except OSError:
-        return False
-
-
-def _kernel_iscsi() -> tuple[bool, str]:
-    missing = [] if _binary("iscsiadm") else ["no iscsiadm"]
-    if not ((SYS / "class" / "iscsi_transport").is_dir() or _module("iscsi_tcp")):
-        missing.append("no iscsi_tcp")
-    return not missing, ", ".join(missing) or "iscsiadm and iscsi_tcp"
-
-
-def _kernel_fc() -> tuple[bool, str]:
-    hosts = list((SYS / "class" / "fc_host").glob("host*"))
-    return bool(hosts), f"{len(hosts)} FC HBA(s)" if hosts else "no FC HBA"
-
-
-def _kernel_nvmeof() -> tuple[bool, str]:
-    missing = ([] if Path("/dev/nvme-fabrics").exists() else ["no /dev/nvme-fabrics"]) + (
-        [] if _binary("nvme") else ["no nvme CLI"])
-    return not missing, ", ".join(missing) or "/dev/nvme-fabrics and nvme CLI"
-
-
-def _kernel_rbd() -> tuple[bool, str]:
-    ok = (SYS / "bus" / "rbd").is_dir()
-    return ok, "/sys/bus/rbd" if ok else "no /sys/bus/rbd"
-
-
-def _kernel_nfs() -> tuple[bool, str]:
-    missing = ([] if _filesystem("nfs") or _filesystem("nfs4") else ["no nfs filesystem"]) + (
-        [] if _binary("mount.nfs") else ["no mount.nfs"])
-    return not missing, ", ".join(missing) or "nfs filesystem and mount.nfs"
-
-
-def _kernel_fuse_gluster() -> tuple[bool, str]:
-    missing = ([] if Path("/dev/fuse").exists() else ["no /dev/fuse"]) + (
-        [] if _binary("mount.glusterfs") else ["no mount.glusterfs"])
-    return not missing, ", ".join(missing) or "FUSE and mount.glusterfs"
-
-
-def _kernel_local() -> tuple[bool, str]:
-    return True, "any host block device: loop, LVM, ..."
-
-
-PROTOCOLS: Final = (
-    Protocol("iscsi", _kernel_iscsi, "iscsi", "--native-iscsi"),
-    Protocol("fibre_channel", _kernel_fc),
-    Protocol("nvmeof", _kernel_nvmeof),
-    Protocol("rbd", None, "rbd"),
-    Protocol("nfs", _kernel_nfs),
-    Protocol("glusterfs", _kernel_fuse_gluster, "gluster", "--native-glusterfs"),
-    Protocol("nbd", None, "nbd"),
-    Protocol("local", _kernel_local),
-)
-
-
-def qemu_block_drivers() -> set[str]:
-    """The block drivers ``qemu-img`` lists (qemu-block-extra adds iscsi, rbd, gluster, ...)."""
-    qemu_img = shutil.which("qemu-img")
-    if qemu_img is None:
-        return set()
-    for line in _run([qemu_img, "--help"]).splitlines():
-        if line.startswith("Supported formats:"):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
-def protocol_checks(facts: dict[str, Any],
-                    protocols: Iterable[Protocol] = PROTOCOLS) -> list[Check]:
-    """Which connectors can produce a disk on this host, through the kernel or through QEMU."""
-    drivers = qemu_block_drivers()
-    found: dict[str, dict[str, Any]] = {}
-    checks = []
-    for proto in protocols:
-        kernel_ok, kernel_why = proto.kernel() if proto.kernel else (False, "")
-        qemu_ok = proto.qemu_driver is not None and proto.qemu_driver in drivers
-        found[proto.name] = {"kernel": kernel_ok if proto.kernel else None,
-                             "qemu": qemu_ok if proto.qemu_driver else None}
-        parts = []
-        if proto.kernel:
-            parts.append(f"host: {'yes' if kernel_ok else 'no'} ({kernel_why})")
-        if proto.qemu_driver:
-            how = f", with {proto.qemu_option}" if proto.qemu_option and qemu_ok else ""
-            parts.append(f"QEMU: {'yes' if qemu_ok else 'no'} ({proto.qemu_driver} driver"
-                         f"{'' if qemu_ok else ' missing: qemu-block-extra'}{how})")
-        status: Status = "ok" if kernel_ok or qemu_ok else "warn"
-        checks.append(Check("protocols", proto.name, status, "; ".join(parts)))
-    facts["protocols"] = found
-    facts["qemu_block_drivers"] = sorted(drivers)
-    return checks
-
-
 def _run(argv: list[str]) -> str:
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=20,
                               check=False).stdout
     except (OSError, subprocess.TimeoutExpired):
         return ""
-
-
-# ---- output -------------------------------------------------------------------------------------
-
-
-def format_report(report: DoctorReport) -> str:
-    """An aligned table of every check, then the verdict."""
-    rows = [(c.area, c.name, c.status.upper(), c.detail) for c in report.checks]
-    header = ("AREA", "CHECK", "STATUS", "DETAIL")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)) + "  " + header[3],
-             "  ".join("-" * w for w in widths) + "  " + "-" * len(header[3])]
-    previous = None
-    for row in rows:
-        area = row[0] if row[0] != previous else ""
-        previous = row[0]
-        lines.append("  ".join(v.ljust(w) for v, w in zip((area, *row[1:3]), widths))
-                     + "  " + row[3])
-    lines.append("")
-    if report.multiattach_ok:
-        warns = sum(c.status == "warn" for c in report.checks)
-        lines.append("Multiattach works on this host" +
-                     (f" ({warns} warning{'s' if warns != 1 else ''})." if warns else "."))
-    else:
-        lines.append("Multiattach cannot work on this host:")
-        lines += [f"  - {c.name}: {c.detail}" for c in report.failures]
-    return "\n".join(lines)

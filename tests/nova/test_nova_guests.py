@@ -1,0 +1,140 @@
+"""virtdriver.nova.LibvirtDriver on the real libvirtd: nova's own attach/detach code path.
+
+One multiattach volume (a loop device, ``driver_volume_type`` ``local``) goes into two running
+OS-less KVM guests through nova's ``LibvirtDriver.attach_volume`` -- guest B read-only because the
+storage service's ``data.access_mode`` says ``ro`` -- and out again through ``detach_volume``
+(nova's detach with libvirt's device-removed event). nova's database is the in-memory SQLite of
+nova's own test fixture (``instance.save()`` is part of nova's attach path); no block-storage
+service is involved: whether the host connection may go is answered from libvirt's live state.
+
+Needs nova 34: ``scripts/nova-suite.sh`` runs this file in its nova venv; in virtdriver's own
+venv it is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any
+
+import pytest
+
+pytest.importorskip("nova", reason="needs nova 34; scripts/nova-suite.sh runs it in its venv")
+
+import libvirt  # noqa: E402
+
+from virtdriver.guests import Guests, LoopDevice, block_info  # noqa: E402
+
+pytestmark = pytest.mark.hypervisor
+
+
+def _libvirtd_up() -> bool:
+    return os.path.exists("/var/run/libvirt/libvirt-sock")
+
+
+@pytest.fixture(scope="module")
+def nova_env(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """nova's configuration, objects and in-memory database, as a compute service has them."""
+    if not _libvirtd_up():
+        pytest.skip("libvirtd is not running (./scripts/setup-host.sh starts it)")
+    import nova.conf
+    from nova import config, objects
+
+    conf = nova.conf.CONF
+    config.parse_args([], configure_db=False, init_rpc=False)
+    objects.register_all()
+    conf.set_override("virt_type", "kvm" if os.path.exists("/dev/kvm") else "qemu",
+                      group="libvirt")
+    conf.set_override("connection_uri", "qemu:///system", group="libvirt")
+    conf.set_override("lock_path", str(tmp_path_factory.mktemp("nova-locks")),
+                      group="oslo_concurrency")
+    conf.set_override("connection", "sqlite://", group="database")
+    from nova.tests import fixtures as nova_fixtures
+
+    database = nova_fixtures.Database(database="main")
+    database.setUp()
+    yield conf
+    database.cleanUp()
+    conf.reset()
+
+
+@pytest.fixture
+def compute(nova_env: Any) -> Any:
+    """``virtdriver.nova.LibvirtDriver`` connected to qemu:///system, libvirt events running."""
+    from nova.virt import fake
+
+    from virtdriver.nova import LibvirtDriver
+
+    driver = LibvirtDriver(fake.FakeVirtAPI(), False)
+    driver._host.initialize()  # nova's libvirt event thread: detach waits for DEVICE_REMOVED
+    yield driver
+    driver._host.cleanup()
+
+
+def _instance(ctx: Any, dom: Any) -> Any:
+    from nova import objects
+
+    instance = objects.Instance(context=ctx, uuid=dom.UUIDString(), host="vdtest-host",
+                                project_id="p", user_id="u", image_ref="", system_metadata={},
+                                vm_state="active", power_state=1)
+    instance.create()
+    return instance
+
+
+class DisconnectRecorder:
+    """Records each ``disconnect_volume`` the compute driver decides on, then lets it run."""
+
+    def __init__(self, vol_driver: Any) -> None:
+        self.calls: list[str] = []
+        self._real = vol_driver.disconnect_volume
+        vol_driver.disconnect_volume = self
+
+    def __call__(self, connection_info: Any, instance: Any, force: bool = False) -> Any:
+        self.calls.append(instance.uuid)
+        return self._real(connection_info, instance, force=force)
+
+
+def test_multiattach_two_guests_through_nova_attach_and_detach(compute: Any) -> None:
+    from nova import context as nova_context
+
+    from virtdriver.nova.compute import local_users
+
+    ctx = nova_context.get_admin_context()
+    conn = compute._host.get_connection()
+    plain = libvirt.open("qemu:///system")  # for QMP queries of our own
+    vid = str(uuid.uuid4())
+    with Guests(conn) as guests, LoopDevice(64 << 20) as loop:
+        dom_a, dom_b = guests.start("nova-a"), guests.start("nova-b")
+        inst_a, inst_b = _instance(ctx, dom_a), _instance(ctx, dom_b)
+        info_a = {"driver_volume_type": "local", "serial": vid, "multiattach": True,
+                  "data": {"volume_id": vid, "device_path": loop.device, "access_mode": "rw"}}
+        info_b = {**info_a, "data": {**info_a["data"], "access_mode": "ro"}}
+
+        compute.attach_volume(ctx, info_a, inst_a, "/dev/sdb", disk_bus="scsi",
+                              device_type="disk")
+        compute.attach_volume(ctx, info_b, inst_b, "/dev/sdb", disk_bus="scsi",
+                              device_type="disk")
+
+        users = {u.domain_uuid: u.disk for u in local_users(conn, vid) if u.live}
+        assert set(users) == {inst_a.uuid, inst_b.uuid}
+        assert all(d.shareable and d.driver.cache == "none" for d in users.values())
+        assert not users[inst_a.uuid].readonly and users[inst_b.uuid].readonly
+        alias = f"ua-{vid}"
+        seen_a = block_info(plain.lookupByUUIDString(inst_a.uuid), alias)
+        seen_b = block_info(plain.lookupByUUIDString(inst_b.uuid), alias)
+        assert (seen_a.ro, seen_b.ro) == (False, True)
+        assert seen_a.file == seen_b.file == loop.device and seen_a.direct and seen_b.direct
+
+        recorder = DisconnectRecorder(compute._get_volume_driver(info_a))
+
+        compute.detach_volume(ctx, info_a, inst_a, "/dev/sdb")
+        # Guest B still uses the volume on this host: the connection stays.
+        assert recorder.calls == []
+        assert {u.domain_uuid for u in local_users(conn, vid)} == {inst_b.uuid}
+        assert block_info(plain.lookupByUUIDString(inst_b.uuid), alias).file == loop.device
+
+        compute.detach_volume(ctx, info_b, inst_b, "/dev/sdb")
+        # The last local guest let go: now nova's volume driver disconnects the host side.
+        assert recorder.calls == [inst_b.uuid]
+        assert local_users(conn, vid) == []
+    plain.close()

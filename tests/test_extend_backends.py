@@ -1,0 +1,204 @@
+"""Online extend of a real volume of every protocol the test backends provide, on real guests.
+
+Each test grows the storage on the backend side first (the tgt LUN's file, ``rbd resize``, the
+file on the Gluster volume), then asks the driver to extend, and checks what QEMU reports. The
+Gluster FUSE test uses a fresh mount base on this host's *private* ``/``: the driver itself makes
+it a shared mount, with nothing set up beforehand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.test_backends import backends, ceph_secret, need, private_mount_base  # noqa: F401
+from virtdriver import LibvirtVolumeDriver
+from virtdriver.errors import AttachFailed, ExtendRefused
+from virtdriver.hypervisor import mounts
+from virtdriver.volume.remotefs import mount_point
+
+pytestmark = pytest.mark.hypervisor
+MIB = 1 << 20
+
+
+def grow_story(guests, driver: LibvirtVolumeDriver, info: dict, before: int, after: int,
+               grow_storage, *, file_checks_size: bool = True) -> None:
+    """Attach, refuse to outgrow the storage, grow it, extend: QEMU sees the new size."""
+    dom = guests.start("grow")
+    att = driver.attach_volume(info, dom.name())
+    try:
+        assert dom.blockInfo(att.target_dev)[0] == before
+        if file_checks_size:
+            with pytest.raises(ExtendRefused, match="extend it on the storage side first"):
+                driver.extend_volume(dom.name(), info, after)
+        grow_storage(after)
+        assert driver.extend_volume(dom.name(), info, after) == after
+        assert dom.blockInfo(att.target_dev)[0] == after
+    finally:
+        driver.detach_volume(dom.name(), att.volumeId)
+
+
+# ---- QEMU-native iSCSI: a LUN of our own on the shared tgt --------------------------------------
+
+
+@pytest.fixture
+def tgt_lun(backends, tmp_path) -> Iterator[tuple[str, Path, Callable[[int], None]]]:
+    need(backends, "iscsi")
+    tid = 500 + int.from_bytes(os.urandom(2), "big") % 400
+    iqn = f"iqn.2026-01.io.virtdriver:extend-{uuid.uuid4().hex[:12]}"
+    image = tmp_path / "lun.img"
+    image.write_bytes(b"")
+    os.truncate(image, 16 * MIB)
+
+    def tgtadm(*args: str) -> None:
+        subprocess.run(["tgtadm", "-C", backends["VD_ISCSI_PORT"], "--lld", "iscsi", *args],
+                       check=True, capture_output=True, text=True)
+
+    def lun(op: str) -> None:
+        extra = ["-b", str(image)] if op == "new" else []
+        tgtadm("--mode", "logicalunit", "--op", op, "--tid", str(tid), "--lun", "1", *extra)
+
+    def grow(size: int) -> None:
+        # tgt reads a LUN's size when it opens the file: grow it, then open it again.
+        os.truncate(image, size)
+        lun("delete")
+        lun("new")
+
+    tgtadm("--mode", "target", "--op", "new", "--tid", str(tid), "-T", iqn)
+    try:
+        lun("new")
+        tgtadm("--mode", "target", "--op", "bind", "--tid", str(tid), "-I", "ALL")
+        yield iqn, image, grow
+    finally:
+        tgtadm("--mode", "target", "--op", "delete", "--force", "--tid", str(tid))
+
+
+def test_extend_native_iscsi(guests, backends, tmp_path, tgt_lun) -> None:
+    iqn, _, grow = tgt_lun
+    driver = LibvirtVolumeDriver("qemu:///system", state_dir=tmp_path / "state",
+                                 native_iscsi=True)
+    vid = str(uuid.uuid4())
+    info = {"driver_volume_type": "iscsi", "serial": vid,
+            "data": {"volume_id": vid, "target_iqn": iqn,
+                     "target_portal": backends["VD_ISCSI_PORTAL"], "target_lun": 1}}
+    grow_story(guests, driver, info, 16 * MIB, 32 * MIB, grow, file_checks_size=False)
+
+
+# ---- Ceph RBD: an image of our own; QEMU's rbd driver opens it ---------------------------------
+
+
+def test_extend_rbd(guests, backends, tmp_path, ceph_secret) -> None:  # noqa: F811
+    image = f"{backends['VD_CEPH_POOL']}/extend-{uuid.uuid4().hex[:12]}"
+
+    def rbd(*args: str) -> None:
+        subprocess.run(["rbd", "-c", backends["VD_CEPH_CONF"], "--keyring",
+                        backends["VD_CEPH_ADMIN_KEYRING"], *args], check=True,
+                       capture_output=True, text=True)
+
+    rbd("create", "--size", "16M", image)
+    try:
+        driver = LibvirtVolumeDriver("qemu:///system", state_dir=tmp_path / "state")
+        vid = str(uuid.uuid4())
+        info = {"driver_volume_type": "rbd", "serial": vid,
+                "data": {"volume_id": vid, "name": image, "hosts": [backends["VD_CEPH_MON_HOST"]],
+                         "ports": [backends["VD_CEPH_MON_PORT"]], "auth_enabled": True,
+                         "auth_username": backends["VD_CEPH_USER"], "secret_type": "ceph",
+                         "secret_uuid": ceph_secret}}
+        grow_story(guests, driver, info, 16 * MIB, 32 * MIB,
+                   lambda size: rbd("resize", "--size", f"{size // MIB}M", image),
+                   file_checks_size=False)
+    finally:
+        rbd("rm", "--no-progress", image)
+
+
+# ---- NBD: QEMU cannot grow an open export: a typed refusal, the disk untouched -----------------
+
+
+def test_extend_nbd_is_refused_with_the_reason(guests, backends, tmp_path) -> None:
+    need(backends, "nbd")
+    driver = LibvirtVolumeDriver("qemu:///system", state_dir=tmp_path / "state")
+    vid = str(uuid.uuid4())
+    info = {"driver_volume_type": "nbd", "serial": vid, "multiattach": True,
+            "data": {"volume_id": vid, "host": backends["VD_NBD_HOST"],
+                     "port": int(backends["VD_NBD_PORT"]), "name": backends["VD_NBD_EXPORT"]}}
+    dom = guests.start("nbd")
+    att = driver.attach_volume(info, dom.name())
+    size = dom.blockInfo(att.target_dev)[0]
+    with pytest.raises(ExtendRefused, match="NBD client cannot grow"):
+        driver.extend_volume(dom.name(), info, size + 16 * MIB)
+    assert dom.blockInfo(att.target_dev)[0] == size
+    driver.detach_volume(dom.name(), vid)
+
+
+# ---- GlusterFS: a file of our own on the volume, through FUSE (os-brick) and libgfapi -----------
+
+
+@contextlib.contextmanager
+def gluster_file(backends, tmp_path: Path) -> Iterator[str]:
+    """A 16 MiB raw file on the test Gluster volume, removed afterwards."""
+    name = f"extend-{uuid.uuid4().hex[:12]}.raw"
+    url = f"gluster://{backends['VD_GLUSTER_HOST']}/{backends['VD_GLUSTER_VOLUME']}/{name}"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "raw", url, "16M"], check=True,
+                   capture_output=True)
+    try:
+        yield name
+    finally:
+        scratch = tmp_path / "cleanup-mount"
+        scratch.mkdir(exist_ok=True)
+        subprocess.run(["mount", "-t", "glusterfs", backends["VD_GLUSTER_SHARE"], str(scratch)],
+                       check=True, capture_output=True)
+        try:
+            (scratch / name).unlink(missing_ok=True)
+        finally:
+            subprocess.run(["umount", str(scratch)], check=True)
+
+
+def test_extend_glusterfs_fuse_on_a_private_root(guests, backends, tmp_path,
+                                                 private_mount_base) -> None:
+    need(backends, "gluster")
+    if backends.get("VD_GLUSTER_FUSE") != "1":
+        pytest.skip("FUSE mounts do not work here (scripts/test-backends.sh reports why)")
+    if mounts.propagates(private_mount_base):
+        pytest.skip("/ is a shared mount here: mounts propagate without the driver's help")
+    early = guests.start("early")  # started before the mount base was ever shared
+    driver = LibvirtVolumeDriver("qemu:///system", state_dir=tmp_path / "state",
+                                 mount_base=private_mount_base)
+    with gluster_file(backends, tmp_path) as name:
+        vid = str(uuid.uuid4())
+        info = {"driver_volume_type": "glusterfs", "serial": vid,
+                "data": {"volume_id": vid, "export": backends["VD_GLUSTER_SHARE"],
+                         "name": name, "format": "raw"}}
+        with pytest.raises(AttachFailed, match="Shut the guest down and start it again"):
+            driver.attach_volume(info, early.name())
+        assert mounts.propagates(private_mount_base)  # the driver made the base shared
+        assert driver.host.connected() == []
+        share = mount_point(private_mount_base, backends["VD_GLUSTER_SHARE"])
+        assert not os.path.ismount(share)  # the refused attach released the mount
+
+        def grow(size: int) -> None:
+            os.truncate(os.path.join(share, name), size)  # the file grows on the share
+
+        grow_story(guests, driver, info, 16 * MIB, 32 * MIB, grow)
+        assert not os.path.ismount(share)
+
+
+def test_extend_glusterfs_native(guests, backends, tmp_path) -> None:
+    need(backends, "gluster")
+    driver = LibvirtVolumeDriver("qemu:///system", state_dir=tmp_path / "state",
+                                 native_glusterfs=True)
+    with gluster_file(backends, tmp_path) as name:
+        vid = str(uuid.uuid4())
+        info = {"driver_volume_type": "glusterfs", "serial": vid,
+                "data": {"volume_id": vid, "export": backends["VD_GLUSTER_SHARE"],
+                         "name": name, "format": "raw"}}
+        url = f"gluster://{backends['VD_GLUSTER_HOST']}/{backends['VD_GLUSTER_VOLUME']}/{name}"
+        grow_story(guests, driver, info, 16 * MIB, 32 * MIB,
+                   lambda size: subprocess.run(["qemu-img", "resize", "-q", "-f", "raw",
+                                                url, str(size)], check=True, capture_output=True),
+                   file_checks_size=False)

@@ -1,0 +1,49 @@
+"""``virtdriver doctor``: can this host attach volumes, and can it share them safely?
+
+:func:`diagnose` runs the probes (:mod:`.probes` for libvirt, QEMU, labels, directories and
+os-brick; :mod:`.storage` for every registered protocol and mount propagation) and returns a
+:class:`~.verdict.DoctorReport`; :func:`~.report.format_report` prints it for an operator.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from virtdriver.doctor.probes import (
+    connector_check,
+    directory_checks,
+    hypervisor_checks,
+    image_contexts,
+    kvm_check,
+    open_libvirt,
+    security_driver_check,
+    security_models,
+    selinux_checks,
+    selinux_mode,
+)
+from virtdriver.doctor.report import format_report
+from virtdriver.doctor.storage import propagation_check, protocol_checks
+from virtdriver.doctor.verdict import STATUSES, Check, DoctorReport, Status
+
+if TYPE_CHECKING:
+    from virtdriver.driver import LibvirtVolumeDriver
+
+__all__ = ["STATUSES", "Check", "DoctorReport", "Status", "diagnose", "format_report",
+           "image_contexts", "security_models", "selinux_mode"]
+
+
+def diagnose(driver: LibvirtVolumeDriver) -> DoctorReport:
+    """Every check, in the order an operator reads them (the hypervisor first)."""
+    facts: dict[str, Any] = {}
+    checks: list[Check] = []
+    conn = open_libvirt(driver, checks)
+    if conn is not None:
+        checks += hypervisor_checks(driver, facts)
+        checks.append(kvm_check(conn, facts))
+        checks.append(security_driver_check(conn, facts))
+    checks += selinux_checks(facts)
+    checks += directory_checks(driver, facts)  # before os-brick creates the lock directory
+    checks.append(propagation_check(driver.mount_base, facts))
+    checks.append(connector_check(driver, facts))
+    checks += protocol_checks(facts)
+    return DoctorReport(driver.uri, checks, facts)

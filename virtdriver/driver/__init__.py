@@ -1,0 +1,159 @@
+"""The volume driver a compute service loads: a short façade over the steps.
+
+    from virtdriver import LibvirtVolumeDriver
+    driver = LibvirtVolumeDriver("qemu:///system")
+    attachment = driver.attach_volume(connection_info, "guest-a", attach_mode="ro")
+    driver.detach_volume("guest-a", attachment.volumeId)
+
+Each operation is a module of steps: :mod:`~virtdriver.driver.attach` (one guest or many),
+:mod:`~virtdriver.driver.detach` (and releasing a leaked host connection),
+:mod:`~virtdriver.driver.swap` (swap and extend); what they share is
+:class:`~virtdriver.driver.host.Host`, configured by one :class:`HostOptions`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from virtdriver.attachment import Attachment
+from virtdriver.driver import attach as attach_steps
+from virtdriver.driver import detach as detach_steps
+from virtdriver.driver import swap as swap_steps
+from virtdriver.driver.host import Host
+from virtdriver.driver.options import DEFAULT_STATE_DIR, HostOptions, check_timeout
+from virtdriver.hypervisor import brick
+from virtdriver.hypervisor.capabilities import host_capabilities
+from virtdriver.hypervisor.mounts import ensure_shared
+from virtdriver.hypervisor.usage import DiskUse
+from virtdriver.policy import check_attach_mode
+
+__all__ = ["DEFAULT_STATE_DIR", "HostOptions", "LibvirtVolumeDriver"]
+
+
+class LibvirtVolumeDriver:
+    """Attach and detach volumes on one libvirt host, multiattach-safe.
+
+    ``state_dir`` holds the per-volume locks and the host-connection records;
+    ``mount_base`` is where shares (NFS, GlusterFS, ...) are mounted. The keyword options are
+    those of :class:`HostOptions` (or pass ``options=`` directly).
+    """
+
+    def __init__(self, uri: str = "qemu:///system", *, options: HostOptions | None = None,
+                 state_dir: str | Path = DEFAULT_STATE_DIR, **host_options: Any) -> None:
+        self.options = options or HostOptions(state_dir=Path(state_dir), **host_options)
+        self.uri = uri
+        self.hosting = Host(uri, self.options)
+
+    # Attributes older callers read.
+    state_dir = property(lambda self: self.options.state_dir)
+    lock_dir = property(lambda self: self.options.lock_dir)
+    mount_base = property(lambda self: self.options.mount_base)
+    detach_timeout = property(lambda self: self.options.detach_timeout)
+    connection = property(lambda self: self.hosting.connection)
+    host = property(lambda self: self.hosting.records)  # the host-connection records
+
+    def prepare_host(self) -> None:
+        """Make the mount base a shared mount point now (a compute service calls this when it
+        starts, before it starts guests). Attaching a share does it too, but a guest started
+        before that cannot see shares mounted later and is refused until it restarts."""
+        ensure_shared(str(self.options.mount_base), self.options.lock_dir)
+
+    # ---- queries ----------------------------------------------------------------------------
+
+    def list_attachments(self, instance: str) -> list[Attachment]:
+        """The volumes attached to a guest (live state for a running guest)."""
+        found: dict[str, Attachment] = {}
+        for use in self.hosting.find(instance).disks:
+            att = Attachment.from_use(use)
+            if att is not None and att.volumeId not in found:
+                found[att.volumeId] = att
+        return list(found.values())
+
+    def volume_users(self, volume: str) -> list[DiskUse]:
+        """Every disk on this host that is ``volume`` (a volume id)."""
+        return [u for s in self.hosting.states() for u in s.disks if u.volume == volume]
+
+    def connector_properties(self, attach_mode: str = "rw", *, my_ip: str = "127.0.0.1",
+                             multipath: bool = False) -> dict[str, Any]:
+        """os-brick's host connector properties plus ``mode``, for the storage service."""
+        props = brick.connector_properties(self.options.state_dir, my_ip=my_ip,
+                                           multipath=multipath)
+        props["mode"] = check_attach_mode(attach_mode)
+        return props
+
+    def capabilities(self) -> dict[str, Any]:
+        """What this host supports, read from the running libvirt and QEMU."""
+        return host_capabilities(self.hosting.connection.get())
+
+    # ---- operations -------------------------------------------------------------------------
+
+    def attach_volume(self, connection_info: Mapping[str, Any], instance: str, *,
+                      attach_mode: str = "rw", target_dev: str | None = None,
+                      bus: str | None = None, device: str = "disk",
+                      luks_secret_uuid: str | None = None) -> Attachment:
+        """Connect the host side, render, and attach to the guest (live and persistent).
+
+        Anything that fails is undone, the host connect included unless another local guest
+        still uses the volume.
+        """
+        placement = attach_steps.Placement(check_attach_mode(attach_mode), target_dev, bus,
+                                           device, luks_secret_uuid)
+        return attach_steps.attach(self.hosting, connection_info, [instance], [placement])[0]
+
+    def attach_volume_to_many(self, connection_info: Mapping[str, Any],
+                              instances: Sequence[str], *,
+                              attach_mode: str | Mapping[str, str] = "rw",
+                              progress: Callable[[str, Attachment | Exception], None]
+                              | None = None, max_parallel: int = 16) -> list[Attachment]:
+        """Attach one multiattach volume to many guests: one host connect, parallel attaches.
+
+        All or nothing: if any guest fails, the attachments already made are undone, the host
+        side is released, and :class:`~virtdriver.errors.AttachFailed` names the guest that
+        failed and why. ``attach_mode`` is one mode for all, or a mapping of instance to mode.
+        ``progress`` hears of each guest once the outcome of the whole call is known.
+        """
+        instances = list(instances)
+        placements = [attach_steps.Placement(check_attach_mode(
+            attach_mode.get(i, "rw") if isinstance(attach_mode, Mapping) else attach_mode,
+            f"attach_mode[{i}]")) for i in instances]
+        return attach_steps.attach(self.hosting, connection_info, instances, placements,
+                                   progress=progress, max_parallel=max_parallel)
+
+    def detach_volume(self, instance: str, volume_id: str, *, timeout: float | None = None,
+                      connection_info: Mapping[str, Any] | None = None) -> None:
+        """Detach one attachment; disconnect the host side when no local guest still uses it.
+
+        Waits for libvirt's device-removed event (``timeout`` seconds, default the driver's
+        ``detach_timeout``); :class:`~virtdriver.errors.DetachTimeout` leaves it in place.
+        """
+        wait = self.options.detach_timeout if timeout is None else check_timeout(timeout,
+                                                                                 "timeout")
+        detach_steps.detach(self.hosting, instance, volume_id, wait, connection_info)
+
+    def release_volume(self, volume_id: str) -> bool:
+        """Release a volume's recorded host connection that no guest on this host uses (after a
+        guest vanished behind the driver's back); ``False`` when nothing was recorded."""
+        return detach_steps.release(self.hosting, volume_id)
+
+    def swap_volume(self, instance: str, old_connection_info: Mapping[str, Any],
+                    new_connection_info: Mapping[str, Any], *,
+                    timeout: float | None = None) -> Attachment:
+        """Move a guest's disk from one volume to another, keeping device and attach mode.
+
+        Refused when the old volume is attached read-write to another guest on this host (that
+        guest's writes would not follow the copy); a failed swap leaves the guest as it was.
+        """
+        wait = self.options.detach_timeout if timeout is None else check_timeout(timeout,
+                                                                                 "timeout")
+        return swap_steps.swap(self.hosting, instance, old_connection_info, new_connection_info,
+                               wait)
+
+    def extend_volume(self, instance: str, connection_info: Mapping[str, Any],
+                      new_size: int) -> int:
+        """Grow an attached volume; returns the size the guest now sees, in bytes."""
+        return swap_steps.extend(self.hosting, instance, connection_info, new_size)
+
+    def close(self) -> None:
+        self.hosting.close()

@@ -1,0 +1,214 @@
+"""Attach as steps: read the host, ask the policy, connect, attach each guest, or undo it all.
+
+Attaching one volume to one guest is attaching it to a list of one. Under the volume's lock and
+its data's lock: read every guest once; refuse unsafe sharing (:mod:`virtdriver.policy.sharing`)
+before anything changes; connect the host side once; attach each guest (in parallel, each under
+its guest lock); and on any failure remove what reached a guest and release what this call
+connected, so the host ends as it was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import libvirt
+
+from virtdriver.attachment import Attachment
+from virtdriver.driver.detach import undo_attach
+from virtdriver.driver.host import Host
+from virtdriver.driver.request import VolumeRequest
+from virtdriver.errors import AttachFailed, HypervisorError, InvalidAttachRequest, VirtDriverError
+from virtdriver.hypervisor.connection import libvirt_message
+from virtdriver.hypervisor.dataid import data_identity
+from virtdriver.hypervisor.locks import guest_generation, guest_lock
+from virtdriver.hypervisor.mounts import check_guest_sees
+from virtdriver.hypervisor.targets import bus_for, pick_target
+from virtdriver.hypervisor.usage import DiskUse, DomainXml, ListedDomain, list_domains, read_domains
+from virtdriver.policy.identity import alias_for
+from virtdriver.policy.sharing import Use, refuse_attach, refuse_fan_out, users_of
+from virtdriver.render import build_disk
+from virtdriver.secrets import redact, secret_values
+
+Progress = Callable[[str, "Attachment | Exception"], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where one guest's disk goes: the device, bus and options the caller asked for."""
+
+    mode: str
+    target_dev: str | None = None
+    bus: str | None = None
+    device: str = "disk"
+    luks_secret_uuid: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """A guest an attach goes to: its XML as read, and its attach generation read before."""
+
+    domain: DomainXml
+    generation: int
+
+    @property
+    def name(self) -> str:
+        return self.domain.listed.name
+
+    @property
+    def uuid(self) -> str:
+        return self.domain.listed.uuid
+
+
+def attach(host: Host, connection_info: Mapping[str, Any], instances: Sequence[str],
+           placements: Sequence[Placement], *, progress: Progress | None = None,
+           max_parallel: int = 16) -> list[Attachment]:
+    """Attach one volume to every guest in ``instances`` (all or nothing)."""
+    request = VolumeRequest.parse(connection_info, host.options.render_options())
+    refuse_fan_out(request.vid, request.multiattach, list(instances))
+    with host.lock([request.vid], request.lock_data(), "attach"):
+        targets, uses = _read_host(host, instances)
+        known = request.data_before_connect()
+        data = known if known is not None and known[0] != "key" else None
+        for target in targets:
+            refuse_attach(request.vid, data, request.multiattach, target.uuid, target.name, uses)
+        used_before = users_of(request.vid, data, uses)
+        attaching = False  # the connect's own typed errors (HostConnectFailed, ...) pass unchanged
+        try:
+            host.connect(request)
+            attaching = True
+            results = _attach_all(host, request, targets, placements, uses, max_parallel)
+        except VirtDriverError as exc:
+            host.drop_after_failure(request, used_before)
+            _report_failure(progress, instances, exc)
+            if isinstance(exc, AttachFailed) or not attaching:
+                raise
+            raise AttachFailed(f"attaching volume {request.vid} failed",
+                               redact(str(exc), secret_values(request.info))) from None
+        except BaseException:
+            host.drop_after_failure(request, used_before)
+            raise
+    if progress:
+        for name, attachment in zip(instances, results):
+            progress(name, attachment)
+    return results
+
+
+def _read_host(host: Host, instances: Sequence[str]) -> tuple[list[Target], list[Use]]:
+    """Every guest once; each target's attach generation is read before its disks."""
+    lock_dir = host.options.lock_dir
+    try:
+        listed = list_domains(host.connection.get())
+        found = [_find_listed(host, listed, instance) for instance in instances]
+        if len({d.uuid for d in found}) != len(found):
+            raise InvalidAttachRequest("the same guest is named twice (by name and by UUID)")
+        generations = [guest_generation(lock_dir, d.uuid) for d in found]
+        domains = read_domains(listed + [d for d in found if d not in listed])
+    except libvirt.libvirtError as exc:
+        raise HypervisorError("cannot read the host's guests", libvirt_message(exc)) from None
+    by_uuid = {d.listed.uuid: d for d in domains}
+    targets = []
+    for instance, domain, generation in zip(instances, found, generations):
+        if domain.uuid not in by_uuid:  # vanished between the list and the read
+            host.connection.domain(instance)  # raises InstanceNotFound
+            raise HypervisorError(f"guest {instance!r} changed while it was being read")
+        targets.append(Target(by_uuid[domain.uuid], generation))
+    uses = [use for d in domains for use in d.state().uses()]
+    return targets, uses
+
+
+def _find_listed(host: Host, listed: list[ListedDomain], instance: str) -> ListedDomain:
+    found = next((d for d in listed if d.is_instance(instance)), None)
+    if found is not None:
+        return found
+    dom = host.connection.domain(instance)  # defined meanwhile, or InstanceNotFound
+    return ListedDomain(dom, dom.name(), dom.UUIDString(), bool(dom.isActive()),
+                        bool(dom.isPersistent()))
+
+
+def _attach_all(host: Host, request: VolumeRequest, targets: list[Target],
+                placements: Sequence[Placement], uses: list[Use],
+                max_parallel: int) -> list[Attachment]:
+    aliases: dict[str, str] = {}  # guest uuid -> the alias its disk got
+    workers = max(1, min(max_parallel, len(targets)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(_attach_guest, host, request, target, placement, uses, aliases)
+                   for target, placement in zip(targets, placements)]
+        outcomes: list[Attachment | BaseException] = []
+        for future in futures:
+            try:
+                outcomes.append(future.result())
+            except BaseException as exc:  # noqa: BLE001 - every failure is undone below
+                outcomes.append(exc)
+    failures = [(t, o) for t, o in zip(targets, outcomes) if isinstance(o, BaseException)]
+    if not failures:
+        return outcomes  # type: ignore[return-value]
+    for target in targets:
+        if target.uuid in aliases:
+            undo_attach(host, target.domain.listed.dom, aliases[target.uuid])
+    target, exc = failures[0]
+    if not isinstance(exc, VirtDriverError):
+        raise exc
+    if len(targets) == 1:
+        raise exc
+    made = len(targets) - len(failures)
+    raise AttachFailed(f"attaching volume {request.vid} to {len(targets)} guests failed at "
+                       f"{target.name} ({exc}); the {made} attachment{'s' if made != 1 else ''} "
+                       "made were undone") from None
+
+
+def _attach_guest(host: Host, request: VolumeRequest, target: Target, placement: Placement,
+                  uses: list[Use], aliases: dict[str, str]) -> Attachment:
+    # Volume locks do not stop two volumes being attached to one guest at once: choosing a free
+    # target and attaching are serialized per guest. The disks read with the host are still
+    # current unless another attach raised the guest's generation meanwhile.
+    with guest_lock(host.options.lock_dir, target.uuid) as guest:
+        domain = target.domain
+        if guest.generation != target.generation:
+            try:
+                domain = domain.listed.read()
+            except libvirt.libvirtError as exc:
+                raise HypervisorError(f"cannot read guest {target.name}",
+                                      libvirt_message(exc)) from None
+        state = domain.state()
+        try:
+            has_scsi = any(kind == "scsi" for kind, _ in state.controllers)
+            bus = placement.bus or bus_for(placement.target_dev, has_scsi)
+            dev, unit = pick_target([u.disk for u in state.disks], bus, placement.target_dev,
+                                    state.name, state.other_drive_units)
+            taken = {u.device_alias for u in state.disks if u.device_alias}
+            alias = alias_for(request.vid, taken)
+            disk = build_disk(request.info, attach_mode=placement.mode, target_dev=dev, bus=bus,
+                              device=placement.device, scsi_unit=unit,
+                              luks_secret_uuid=placement.luks_secret_uuid, alias=alias,
+                              **host.options.render_kwargs())
+            others = [u for u in uses if u.guest_uuid != state.uuid] + state.uses()
+            refuse_attach(request.vid, data_identity(disk), request.multiattach, state.uuid,
+                          state.name, others)
+            if state.active and disk.source is not None and disk.source.file:
+                check_guest_sees(state.uuid, state.name, disk.source.file,
+                                 str(host.options.mount_base))
+            flags = libvirt.VIR_DOMAIN_AFFECT_LIVE if state.active else 0
+            if state.persistent:
+                flags |= libvirt.VIR_DOMAIN_AFFECT_CONFIG
+            aliases[state.uuid] = alias
+            try:
+                state.dom.attachDeviceFlags(disk.to_xml(), flags)
+            except libvirt.libvirtError as exc:
+                raise AttachFailed(f"libvirt refused to attach volume {request.vid} to "
+                                   f"{state.name}", libvirt_message(exc)) from None
+        finally:
+            guest.changed()
+    attachment = Attachment.from_use(DiskUse(state.name, state.uuid, state.active, state.active,
+                                             disk))
+    assert attachment is not None  # the disk was rendered with its alias and target
+    return attachment
+
+
+def _report_failure(progress: Progress | None, instances: Sequence[str],
+                    exc: Exception) -> None:
+    if progress:
+        for name in instances:
+            progress(name, exc)

@@ -1,0 +1,172 @@
+"""Detach as steps: find the attachment, remove it (live, then the definition) waiting for
+libvirt's device-removed event, then release the host side if no guest uses the volume or its
+data any more -- all under the volume's lock and its data's lock. Also the operator's way out of
+a leak (:func:`release`) and the removal of a failed attach (:func:`undo_attach`)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import libvirt
+
+from virtdriver.config import Disk
+from virtdriver.driver.host import Host
+from virtdriver.driver.request import copy_info
+from virtdriver.errors import (
+    DetachFailed,
+    DetachTimeout,
+    HypervisorError,
+    NotAttached,
+    VirtDriverError,
+    VolumeInUse,
+)
+from virtdriver.hypervisor.connection import libvirt_message
+from virtdriver.hypervisor.metadata import set_note
+from virtdriver.hypervisor.usage import DiskUse, DomainState
+from virtdriver.policy.identity import check_requested_volume_id, volume_of_alias
+from virtdriver.policy.sharing import still_used
+
+LOG = logging.getLogger("virtdriver.driver")
+# libvirt's words when QEMU went away under a running call (the guest is being destroyed).
+MONITOR_CLOSED = "End of file from qemu monitor"
+
+
+def detach(host: Host, instance: str, volume_id: str, timeout: float,
+           connection_info: Mapping[str, Any] | None = None) -> None:
+    """Detach one attachment; release the host side when nobody uses the volume any more."""
+    check_requested_volume_id(volume_id)
+    dom = host.connection.domain(instance)
+    with host.lock([volume_id], [], "detach"):
+        state = host.state(dom)
+        mine = [u for u in state.disks if u.volume == volume_id]
+        if not mine:
+            raise NotAttached(not_attached_message(volume_id, state))
+        data = mine[0].data
+        with host.data_locked(data, f"volume {volume_id}", "detach"):
+            for use in sorted(mine, key=lambda u: not u.live):  # live first, then the definition
+                _remove(host, dom, use, timeout)
+            props = dict(copy_info(connection_info)["data"]) if connection_info else None
+            try:
+                users = host.release_unless_used(volume_id, data, props)
+            except VirtDriverError as exc:  # the disk is gone: the detach itself succeeded
+                LOG.error("volume %s was detached from %s, but its host connection could not be "
+                          "released (%s); 'virtdriver audit' shows it and 'virtdriver release "
+                          "%s' retries", volume_id, state.name, exc, volume_id)
+                return
+            if users:
+                LOG.info("volume %s stays connected on this host: still used by %s", volume_id,
+                         ", ".join(users))
+
+
+def not_attached_message(volume_id: str, state: DomainState) -> str:
+    """Says which volumes the guest has, and names a near miss (another case or spelling)."""
+    attached = sorted({u.volume for u in state.disks if u.volume})
+    near = [v for v in attached if v.lower().replace("-", "") ==
+            volume_id.lower().replace("-", "")]
+    text = f"volume {volume_id} is not attached to {state.name}"
+    if near:
+        return f"{text}; did you mean {near[0]}? (volume ids are matched exactly)"
+    return f"{text} (attached: {', '.join(attached)})" if attached else f"{text} (it has no volumes)"
+
+
+def _remove(host: Host, dom: libvirt.virDomain, use: DiskUse, timeout: float) -> None:
+    alias = use.device_alias or ""
+    if use.live:
+        detach_live(host, dom, use.disk, alias, timeout)
+    else:
+        try:
+            dom.detachDeviceFlags(use.disk.to_xml(), libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+        except libvirt.libvirtError as exc:
+            raise DetachFailed(f"cannot remove volume {use.volume} from the definition of "
+                               f"{dom.name()}", libvirt_message(exc)) from None
+    if use.inherited_from is not None:
+        set_note(dom, alias, None, "", live=use.live, persistent=not use.live)
+
+
+def detach_live(host: Host, dom: libvirt.virDomain, disk: Disk, alias: str,
+                timeout: float) -> None:
+    """Detach from the running guest and wait for libvirt's device-removed event."""
+    removals = host.connection.events
+    uuid = dom.UUIDString()
+    volume = volume_of_alias(alias) or alias  # for messages: what the operator asked about
+    removals.expect(uuid, alias)
+    try:
+        try:
+            dom.detachDeviceFlags(disk.to_xml(), libvirt.VIR_DOMAIN_AFFECT_LIVE)
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() == libvirt.VIR_ERR_DEVICE_MISSING or not running(dom):
+                return  # already gone (with the guest itself, if it was stopped meanwhile)
+            if (MONITOR_CLOSED in libvirt_message(exc)
+                    and removals.wait(uuid, alias, timeout) is not None):
+                return  # the guest was being destroyed: its stop event ended the wait
+            raise DetachFailed(f"libvirt refused to detach {volume} from {dom.name()}",
+                               libvirt_message(exc)) from None
+        result = removals.wait(uuid, alias, timeout)
+    finally:
+        removals.forget(uuid, alias)
+    if result is False:
+        raise DetachFailed(f"guest {dom.name()} refused to release volume {volume}")
+    if result is None and running(dom) and any(u.device_alias == alias and u.live
+                                               for u in host.state(dom).disks):
+        raise DetachTimeout(f"guest {dom.name()} did not release volume {volume} within "
+                            f"{timeout:g} s; it stays attached (retry the detach later)")
+
+
+def undo_attach(host: Host, dom: libvirt.virDomain, alias: str) -> None:
+    """Remove whatever part of a failed attach made it into the guest (the disk with ``alias``)."""
+    try:
+        uses = host.state(dom).disks
+    except HypervisorError:
+        if exists(dom):
+            raise
+        return  # the guest vanished (a destroyed transient guest): nothing left to undo
+    for use in sorted(uses, key=lambda u: not u.live):
+        if use.device_alias != alias:
+            continue
+        try:
+            if use.live:
+                detach_live(host, dom, use.disk, alias, host.options.detach_timeout)
+            else:
+                dom.detachDeviceFlags(use.disk.to_xml(), libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+        except (libvirt.libvirtError, VirtDriverError) as exc:
+            LOG.error("could not undo the attach of %s to %s: %s", alias, dom.name(), exc)
+
+
+def release(host: Host, volume_id: str) -> bool:
+    """The operator's way out of a leak: release a volume's recorded host side, under its lock,
+    only when no guest on this host uses the volume. ``False`` when nothing was recorded."""
+    check_requested_volume_id(volume_id)
+    with host.lock([volume_id], [], "release"):
+        users = still_used(volume_id, None, host.uses())
+        if users:
+            raise VolumeInUse(f"volume {volume_id} is still used by {', '.join(users)} on this "
+                              "host; detach it there instead")
+        record = host.records.load(volume_id)
+        if record is None:
+            return False
+        host.release(volume_id)
+        LOG.warning("released the host connection of volume %s (%s %s)", volume_id,
+                    record.protocol or "no os-brick connection",
+                    record.device_info.get("path") or record.mount_point or "")
+        return True
+
+
+def running(dom: libvirt.virDomain) -> bool:
+    """Whether the guest still runs; a guest that is gone or shut off has no live devices."""
+    try:
+        return bool(dom.isActive())
+    except libvirt.libvirtError as exc:
+        if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+            return False
+        raise HypervisorError(f"cannot read guest {dom.name()}", libvirt_message(exc)) from None
+
+
+def exists(dom: libvirt.virDomain) -> bool:
+    """False once libvirt no longer knows the domain (a transient guest that was destroyed)."""
+    try:
+        dom.info()
+    except libvirt.libvirtError as exc:
+        return exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN
+    return True

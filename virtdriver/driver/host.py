@@ -1,0 +1,124 @@
+"""What every step of the driver shares: the libvirt connection, reading the host's guests, the
+host side of a volume (os-brick, secrets, records) and the locks.
+
+Whether a volume is still used on this host is always answered from libvirt's live state and the
+sharing rules (:func:`virtdriver.policy.sharing.still_used`), under the volume's and its data's
+locks; the records only say *how* to release what an attach set up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import libvirt
+
+from virtdriver.errors import HypervisorError, VirtDriverError
+from virtdriver.hypervisor.connection import Connection, libvirt_message
+from virtdriver.hypervisor.dataid import DataIdentity, identity_token
+from virtdriver.hypervisor.hostconn import HostConnections
+from virtdriver.hypervisor.locks import locks
+from virtdriver.hypervisor.usage import DomainState, host_state
+from virtdriver.policy.sharing import Use, still_used
+from virtdriver.driver.options import HostOptions
+from virtdriver.driver.request import VolumeRequest
+
+LOG = logging.getLogger("virtdriver.driver")
+
+
+class Host:
+    """One libvirt host as the driver's steps use it."""
+
+    def __init__(self, uri: str, options: HostOptions) -> None:
+        self.options = options
+        self.connection = Connection(uri)
+        self.records = HostConnections(options.state_dir)
+
+    # ---- locks ----------------------------------------------------------------------------------
+
+    def lock(self, volumes: list[str], data: list[tuple[str, str]],
+             operation: str) -> contextlib.AbstractContextManager[None]:
+        """The volumes' and their data's locks (see :mod:`virtdriver.hypervisor.locks`)."""
+        return locks(self.options.lock_dir, volumes, data, operation=operation,
+                     timeout=self.options.lock_timeout)
+
+    @contextlib.contextmanager
+    def data_locked(self, identity: DataIdentity | None, described: str,
+                    operation: str) -> Iterator[None]:
+        """The lock of one piece of data found only after the volume lock was taken."""
+        if identity is None:
+            yield
+            return
+        with self.lock([], [(identity_token(identity), described)], operation):
+            yield
+
+    # ---- reading the host -----------------------------------------------------------------------
+
+    def states(self, mentioning: str | None = None) -> list[DomainState]:
+        try:
+            return host_state(self.connection.get(), mentioning)
+        except libvirt.libvirtError as exc:
+            raise HypervisorError("cannot read the host's guests", libvirt_message(exc)) from None
+
+    def uses(self) -> list[Use]:
+        """Every disk of every guest on this host, as the sharing rules see it."""
+        return [use for state in self.states() for use in state.uses()]
+
+    def state(self, dom: libvirt.virDomain) -> DomainState:
+        try:
+            return DomainState.read(dom)
+        except libvirt.libvirtError as exc:
+            raise HypervisorError(f"cannot read guest {dom.name()}", libvirt_message(exc)) from None
+
+    def find(self, instance: str) -> DomainState:
+        return self.state(self.connection.domain(instance))
+
+    # ---- the host side of a volume --------------------------------------------------------------
+
+    def connect(self, request: VolumeRequest) -> None:
+        """Set up what the host needs for the volume: os-brick's connection (filling in
+        ``device_path``) and the libvirt secrets the protocol declares."""
+        options = request.options
+        if request.protocol is not None:
+            device_info = self.records.connect(request.vid, request.protocol, dict(request.data),
+                                               **request.driver.connector_options(options))
+            if device_info.get("path"):
+                request.data["device_path"] = device_info["path"]
+        for secret in request.driver.host_secrets(request.data, options):
+            self.records.add_secret(self.connection.get(), request.vid, secret)
+
+    def release(self, vid: str, properties: dict[str, Any] | None = None) -> bool:
+        """Release the volume's host side (the caller checked that nobody uses it)."""
+        return self.records.release(vid, self.connection.get(), self._mount_in_use, properties)
+
+    def release_unless_used(self, vid: str, data: DataIdentity | None,
+                            properties: dict[str, Any] | None = None) -> list[str]:
+        """Release the host side when no guest uses the volume or its data any more; returns the
+        guests that still do (and then releases nothing)."""
+        users = still_used(vid, data, self.uses())
+        if not users:
+            self.release(vid, properties)
+        return users
+
+    def drop_after_failure(self, request: VolumeRequest, used_before: list[Use]) -> None:
+        """After a failed attach: release what the attach connected, unless it was there before
+        (another guest used the volume) or belongs to another volume's attachment of the data."""
+        if any(u.volume == request.vid for u in used_before):
+            return
+        try:
+            if used_before:  # the same data under another id: its device is not ours to tear down
+                self.records.forget(request.vid)
+            else:
+                self.release(request.vid)
+        except VirtDriverError as exc:
+            LOG.error("could not release the host connection of volume %s: %s", request.vid, exc)
+
+    def _mount_in_use(self, mount_point: str) -> bool:
+        prefix = mount_point.rstrip("/") + "/"
+        return any(u.disk.source is not None and (u.disk.source.file or "").startswith(prefix)
+                   for state in self.states() for u in state.disks)
+
+    def close(self) -> None:
+        self.connection.close()

@@ -1,0 +1,75 @@
+"""A volume request: a private copy of ``connection_info`` and what follows from it."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from virtdriver.config import Disk
+from virtdriver.errors import InvalidConnectionInfo, VirtDriverError, show
+from virtdriver.hypervisor.dataid import DataIdentity, data_identity, identity_token
+from virtdriver.render import check_nesting, volume_id
+from virtdriver.volume import RenderOptions, VolumeDriver, get_driver
+
+
+@dataclasses.dataclass(frozen=True)
+class VolumeRequest:
+    """One volume as a caller asked for it."""
+
+    info: dict[str, Any]
+    vid: str
+    multiattach: bool
+    driver: VolumeDriver
+    protocol: str | None  # os-brick's, None when QEMU connects by itself
+    options: RenderOptions
+
+    @classmethod
+    def parse(cls, connection_info: Mapping[str, Any], options: RenderOptions) -> VolumeRequest:
+        info = copy_info(connection_info)
+        vid = volume_id(info)
+        if vid is None:
+            raise InvalidConnectionInfo("connection_info.data.volume_id",
+                                        "is missing (neither volume_id nor serial identifies the "
+                                        "volume, so its attachments could not be found again)")
+        multiattach = info.get("multiattach", False)
+        if not isinstance(multiattach, bool):
+            raise InvalidConnectionInfo("connection_info.multiattach",
+                                        f"{show(multiattach)} is not true or false")
+        driver = get_driver(info.get("driver_volume_type"))
+        return cls(info, vid, multiattach, driver, driver.brick_protocol_for(options), options)
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return self.info["data"]  # type: ignore[no-any-return]
+
+    def data_before_connect(self) -> DataIdentity | None:
+        """The data's identity as far as it is known before the host connects it: the protocol's
+        own key (an iSCSI target and LUN), else the source it renders to now (a local device, a
+        network volume); ``None`` when only the connect will tell (no device path yet)."""
+        key = self.driver.data_key(self.data, self.options)
+        if key is not None:
+            return ("key", *key)
+        try:
+            source = self.driver.source(self.data, self.options).source
+        except VirtDriverError:
+            return None
+        return data_identity(Disk(source=source))
+
+    def lock_data(self) -> list[tuple[str, str]]:
+        """The data lock to take with the volume lock (none when the data is not known yet)."""
+        identity = self.data_before_connect()
+        return [] if identity is None else [(identity_token(identity), f"volume {self.vid}")]
+
+
+def copy_info(connection_info: Mapping[str, Any]) -> dict[str, Any]:
+    """A private deep copy, after checking the shape (and depth, before deepcopy recurses)."""
+    if not isinstance(connection_info, Mapping):
+        raise InvalidConnectionInfo("connection_info", "is not a JSON object")
+    check_nesting(connection_info)
+    info = copy.deepcopy(dict(connection_info))
+    if not isinstance(info.get("data"), Mapping):
+        raise InvalidConnectionInfo("connection_info.data", "is missing or not a JSON object")
+    info["data"] = dict(info["data"])
+    return info

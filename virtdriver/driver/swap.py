@@ -1,0 +1,171 @@
+"""Swap and extend as steps.
+
+Swap moves a guest's disk from one volume to another keeping device and attach mode: under both
+volumes' and both data's locks, the policy is asked first (:func:`refuse_swap` for the old
+volume, :func:`refuse_attach` for the new one on this guest), then the new volume is connected. A
+running guest is copied live (block copy, then pivot); the device keeps its alias, so a note in
+the guest's metadata records that it now serves the new volume. A shut-off guest gets the new
+disk, under its own alias, in place of the old one in its definition -- and the old one back if
+libvirt refuses the new. On any failure the guest keeps the old volume and what was connected
+for the new one is released.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import libvirt
+
+from virtdriver.attachment import Attachment
+from virtdriver.config import Disk
+from virtdriver.driver.detach import not_attached_message
+from virtdriver.driver.host import LOG, Host
+from virtdriver.driver.request import VolumeRequest
+from virtdriver.errors import (
+    ExtendRefused,
+    HypervisorError,
+    InvalidRequest,
+    NotAttached,
+    SwapFailed,
+    VirtDriverError,
+)
+from virtdriver.hypervisor import brick
+from virtdriver.hypervisor.blockcopy import copy_and_pivot
+from virtdriver.hypervisor.connection import libvirt_message
+from virtdriver.hypervisor.dataid import data_identity, identity_token
+from virtdriver.hypervisor.metadata import set_note
+from virtdriver.hypervisor.usage import source_token
+from virtdriver.policy.identity import alias_for
+from virtdriver.policy.sharing import refuse_attach, refuse_swap, users_of
+from virtdriver.render import build_disk
+
+
+def swap(host: Host, instance: str, old_info: Mapping[str, Any], new_info: Mapping[str, Any],
+         timeout: float) -> Attachment:
+    options = host.options.render_options()
+    old, new = VolumeRequest.parse(old_info, options), VolumeRequest.parse(new_info, options)
+    state = host.find(instance)
+    mine = sorted((u for u in state.disks if u.volume == old.vid), key=lambda u: not u.live)
+    if not mine:
+        raise NotAttached(not_attached_message(old.vid, state))
+    old_data = mine[0].data
+    data = new.lock_data() + ([(identity_token(old_data), f"volume {old.vid}")] if old_data else [])
+    with host.lock([old.vid, new.vid], data, "swap"):
+        state = host.find(instance)  # again, under the locks
+        mine = sorted((u for u in state.disks if u.volume == old.vid), key=lambda u: not u.live)
+        if not mine:
+            raise NotAttached(not_attached_message(old.vid, state))
+        uses = host.uses()
+        refuse_swap(old.vid, new.vid, state.uuid, state.name, uses)
+        old_disk = mine[0].disk
+        taken = {u.device_alias for u in state.disks if u.device_alias}
+        new_disk = _render_like(host, new, old_disk, alias_for(new.vid, taken))  # refusals first
+        known = new.data_before_connect()
+        new_known = known if known is not None and known[0] != "key" else None
+        refuse_attach(new.vid, new_known, new.multiattach, state.uuid, state.name, uses)
+        used_before = users_of(new.vid, new_known, uses)
+        try:
+            host.connect(new)
+            new_disk = _render_like(host, new, old_disk, new_disk.alias.name)  # type: ignore[union-attr]
+            refuse_attach(new.vid, data_identity(new_disk), new.multiattach, state.uuid,
+                          state.name, uses)
+            if state.active:
+                _swap_live(host, state.dom, mine[0], new, new_disk, state.persistent, timeout)
+            else:
+                _swap_definition(state.dom, old_disk, new_disk)
+        except BaseException as exc:
+            host.drop_after_failure(new, used_before)
+            if isinstance(exc, libvirt.libvirtError):
+                raise SwapFailed(f"swapping volume {old.vid} for {new.vid} on {state.name} "
+                                 "failed", libvirt_message(exc)) from None
+            raise
+        try:
+            host.release_unless_used(old.vid, old_data)
+        except VirtDriverError as exc:
+            LOG.error("volume %s was swapped out of %s, but its host connection could not be "
+                      "released (%s)", old.vid, state.name, exc)
+    found = [a for a in (Attachment.from_use(u) for u in host.state(state.dom).disks)
+             if a is not None and a.volumeId == new.vid]
+    return found[0]
+
+
+def _swap_live(host: Host, dom: libvirt.virDomain, old_use: Any, new: VolumeRequest,
+               new_disk: Disk, persistent: bool, timeout: float) -> None:
+    copy_and_pivot(dom, host.connection.events, old_use.disk.target.dev, new_disk.to_xml(),
+                   timeout)
+    set_note(dom, old_use.device_alias or "", new.vid, source_token(new_disk), live=True,
+             persistent=persistent)
+
+
+def _swap_definition(dom: libvirt.virDomain, old_disk: Disk, new_disk: Disk) -> None:
+    flags = libvirt.VIR_DOMAIN_AFFECT_CONFIG
+    dom.detachDeviceFlags(old_disk.to_xml(), flags)
+    try:
+        dom.attachDeviceFlags(new_disk.to_xml(), flags)
+    except libvirt.libvirtError:
+        dom.attachDeviceFlags(old_disk.to_xml(), flags)  # the guest keeps the old volume
+        raise
+
+
+def _render_like(host: Host, request: VolumeRequest, old: Disk, alias: str) -> Disk:
+    """The new volume's disk at the old disk's place, with the old attach mode."""
+    target = old.target
+    unit = int(old.address.unit) if (old.address is not None and old.address.unit
+                                     and old.address.type == "drive") else None
+    return build_disk(request.info, attach_mode="ro" if old.readonly else "rw",
+                      target_dev=target.dev if target and target.dev else "sda",
+                      bus=(target.bus if target else None) or "scsi",
+                      device=old.device or "disk", scsi_unit=unit, alias=alias,
+                      **host.options.render_kwargs())
+
+
+def extend(host: Host, instance: str, connection_info: Mapping[str, Any], new_size: int) -> int:
+    """Grow an attached volume: os-brick's extend where the connector has one, then tell QEMU
+    (block resize). Returns the size the guest now sees, in bytes."""
+    request = VolumeRequest.parse(connection_info, host.options.render_options())
+    if isinstance(new_size, bool) or not isinstance(new_size, int) or new_size <= 0:
+        raise InvalidRequest(f"new size {new_size!r} is not a positive number of bytes")
+    refusal = request.driver.extend_refusal(request.options)
+    if refusal is not None:
+        raise ExtendRefused(f"volume {request.vid} cannot be extended while attached: {refusal}")
+    with host.lock([request.vid], request.lock_data(), "extend"):
+        state = host.find(instance)
+        uses = [u for u in state.disks if u.volume == request.vid and u.live]
+        if not uses:
+            raise NotAttached(f"volume {request.vid} is not attached to a running {state.name}")
+        target = uses[0].device
+        dom = state.dom
+        try:
+            current = dom.blockInfo(target)[0]
+        except libvirt.libvirtError as exc:
+            raise HypervisorError(f"cannot read the size of {target}",
+                                  libvirt_message(exc)) from None
+        if new_size < current:
+            raise ExtendRefused(f"volume {request.vid} is {current} bytes; shrinking it to "
+                                f"{new_size} would destroy data")
+        grown = None
+        if request.protocol is not None:
+            grown = brick.extend(request.protocol, dict(request.data), host.options.state_dir,
+                                 **request.driver.connector_options(request.options))
+        source = uses[0].disk.source
+        if grown is None and source is not None and source.file:
+            grown = _file_size(source.file)  # a file on a share: QEMU would grow it itself
+        if grown is not None and grown < new_size:
+            raise ExtendRefused(f"the host sees volume {request.vid} at {grown} bytes, less "
+                                f"than {new_size}: extend it on the storage side first")
+        try:
+            dom.blockResize(target, new_size, libvirt.VIR_DOMAIN_BLOCK_RESIZE_BYTES)
+            return int(dom.blockInfo(target)[0])
+        except libvirt.libvirtError as exc:
+            raise HypervisorError(f"QEMU refused to resize {target} of {state.name}",
+                                  libvirt_message(exc)) from None
+
+
+def _file_size(path: str) -> int | None:
+    """The size of a volume's file as this host sees it (``None``: not visible here)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None

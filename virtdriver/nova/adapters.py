@@ -1,0 +1,176 @@
+"""virtdriver as nova 34's libvirt volume drivers: one adapter per entry of nova's table.
+
+Each adapter subclasses the nova class it replaces (same constructor, so the same os-brick
+connector in ``self.connector``, the same mount handling, the same connect, disconnect and extend)
+and overrides only ``get_config``: the ``<disk>`` is rendered by :func:`virtdriver.build_disk` --
+virtdriver's validation, attach policy, refusals and labels -- and converted field by field into
+nova's config object (:mod:`virtdriver.nova.convert`). Nothing of nova's ``get_config`` runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import nova.conf
+from nova import exception
+from nova.virt import block_device as driver_block_device
+from nova.virt.libvirt.volume import fibrechannel, fs, gpfs, iscsi, iser, lightos, net, nfs
+from nova.virt.libvirt.volume import nvme, quobyte, scaleio, smbfs, storpool, volume, vzstorage
+
+from virtdriver.errors import InvalidAttachMode, InvalidConnectionInfo, VirtDriverError
+from virtdriver.nova.convert import RenderedDisk, to_nova
+from virtdriver.render import build_disk
+
+CONF = nova.conf.CONF
+LOG = logging.getLogger(__name__)
+
+
+class VirtdriverRendering:
+    """``get_config`` by virtdriver; mixed in before the nova class an adapter replaces."""
+
+    #: virtdriver's ``driver_volume_type`` that renders this nova type.
+    volume_type: ClassVar[str]
+
+    def get_config(self, connection_info, disk_info):  # type: ignore[no-untyped-def]
+        """nova's disk config for ``connection_info``, rendered by :func:`build_disk`."""
+        info = self._for_render(connection_info)
+        bus = disk_info["bus"]
+        unit = disk_info.get("unit") if bus == "scsi" else None
+        try:
+            disk = build_disk(info, target_dev=disk_info["dev"], bus=bus,
+                              device=disk_info.get("type", "disk"), scsi_unit=unit,
+                              luks_secret_uuid=self._luks_secret(connection_info),
+                              mount_base=self._mount_base())
+        except (InvalidAttachMode, InvalidConnectionInfo) as exc:
+            access = (info.get("data") or {}).get("access_mode")
+            if isinstance(exc, InvalidAttachMode) or exc.path.endswith(".access_mode"):
+                raise exception.InvalidVolumeAccessMode(access_mode=access) from exc
+            raise exception.InvalidVolume(reason=str(exc)) from exc
+        except VirtDriverError as exc:
+            raise exception.InvalidVolume(reason=str(exc)) from exc
+        if (CONF.libvirt.use_default_aio_mode_for_volumes and disk.driver is not None
+                and disk.type != "network"):
+            disk.driver.io = None  # the operator asked for QEMU's default AIO mode
+        return to_nova(disk)
+
+    # ---- what nova knows that connection_info does not say -----------------------------------
+
+    def _for_render(self, connection_info: Mapping[str, Any]) -> dict[str, Any]:
+        """A copy of ``connection_info`` in the shape :func:`build_disk` reads."""
+        info = dict(connection_info)
+        data = dict(info.get("data") or {})
+        info["driver_volume_type"] = self.volume_type
+        vid = data.get("volume_id")
+        if isinstance(vid, int) and not isinstance(vid, bool):
+            data["volume_id"] = str(vid)  # an id given as a number (old nova data)
+        info["data"] = data
+        return info
+
+    def _luks_secret(self, connection_info: Mapping[str, Any]) -> str | None:
+        """The UUID of the libvirt secret nova defined for an encrypted volume, if any."""
+        vid = driver_block_device.get_volume_id(connection_info)
+        secret = self.host.find_secret("volume", vid) if vid else None  # type: ignore[attr-defined]
+        return secret.UUIDString() if secret else None
+
+    def _mount_base(self) -> str | None:
+        if isinstance(self, fs.LibvirtBaseFileSystemVolumeDriver):
+            return self._get_mount_point_base() or None
+        return None
+
+
+class RBDNetVolumeDriver(VirtdriverRendering, net.LibvirtNetVolumeDriver):
+    """Ceph RBD opened by QEMU; cephx user and secret fall back to ``[libvirt] rbd_*``."""
+
+    volume_type = "rbd"
+
+    def _for_render(self, connection_info: Mapping[str, Any]) -> dict[str, Any]:
+        info = super()._for_render(connection_info)
+        data = info["data"]
+        if data.get("auth_enabled"):
+            if data.get("secret_uuid") is None:
+                data["auth_username"] = CONF.libvirt.rbd_user
+                data["secret_uuid"] = CONF.libvirt.rbd_secret_uuid
+        elif CONF.libvirt.rbd_secret_uuid:
+            data.update(auth_enabled=True, auth_username=CONF.libvirt.rbd_user,
+                        secret_uuid=CONF.libvirt.rbd_secret_uuid)
+        return info
+
+
+class ISCSIVolumeDriver(VirtdriverRendering, iscsi.LibvirtISCSIVolumeDriver):
+    volume_type = "iscsi"
+
+
+class ISERVolumeDriver(VirtdriverRendering, iser.LibvirtISERVolumeDriver):
+    volume_type = "iser"
+
+
+class LocalVolumeDriver(VirtdriverRendering, volume.LibvirtVolumeDriver):
+    volume_type = "local"
+
+
+class NFSVolumeDriver(VirtdriverRendering, nfs.LibvirtNFSVolumeDriver):
+    volume_type = "nfs"
+
+
+class SMBFSVolumeDriver(VirtdriverRendering, smbfs.LibvirtSMBFSVolumeDriver):
+    volume_type = "smbfs"
+
+
+class FibreChannelVolumeDriver(VirtdriverRendering,
+                               fibrechannel.LibvirtFibreChannelVolumeDriver):
+    volume_type = "fibre_channel"
+
+
+class GPFSVolumeDriver(VirtdriverRendering, gpfs.LibvirtGPFSVolumeDriver):
+    volume_type = "gpfs"
+
+
+class QuobyteVolumeDriver(VirtdriverRendering, quobyte.LibvirtQuobyteVolumeDriver):
+    volume_type = "quobyte"
+
+
+class ScaleIOVolumeDriver(VirtdriverRendering, scaleio.LibvirtScaleIOVolumeDriver):
+    volume_type = "scaleio"
+
+
+class VZStorageVolumeDriver(VirtdriverRendering, vzstorage.LibvirtVZStorageVolumeDriver):
+    volume_type = "vzstorage"
+
+
+class StorPoolVolumeDriver(VirtdriverRendering, storpool.LibvirtStorPoolVolumeDriver):
+    volume_type = "storpool"
+
+
+class NVMeoFVolumeDriver(VirtdriverRendering, nvme.LibvirtNVMEVolumeDriver):
+    volume_type = "nvmeof"
+
+
+class LightOSVolumeDriver(VirtdriverRendering, lightos.LibvirtLightOSVolumeDriver):
+    volume_type = "lightos"
+
+
+_P = "nova.virt.libvirt.volume."
+
+#: nova's dotted class path (the values of ``nova.virt.libvirt.driver.VOLUME_DRIVERS``) to the
+#: adapter that replaces it.
+NOVA_DRIVER_CLASSES: dict[str, type[VirtdriverRendering]] = {
+    _P + "iscsi.LibvirtISCSIVolumeDriver": ISCSIVolumeDriver,
+    _P + "iser.LibvirtISERVolumeDriver": ISERVolumeDriver,
+    _P + "volume.LibvirtVolumeDriver": LocalVolumeDriver,
+    _P + "net.LibvirtNetVolumeDriver": RBDNetVolumeDriver,
+    _P + "nfs.LibvirtNFSVolumeDriver": NFSVolumeDriver,
+    _P + "smbfs.LibvirtSMBFSVolumeDriver": SMBFSVolumeDriver,
+    _P + "fibrechannel.LibvirtFibreChannelVolumeDriver": FibreChannelVolumeDriver,
+    _P + "gpfs.LibvirtGPFSVolumeDriver": GPFSVolumeDriver,
+    _P + "quobyte.LibvirtQuobyteVolumeDriver": QuobyteVolumeDriver,
+    _P + "scaleio.LibvirtScaleIOVolumeDriver": ScaleIOVolumeDriver,
+    _P + "vzstorage.LibvirtVZStorageVolumeDriver": VZStorageVolumeDriver,
+    _P + "storpool.LibvirtStorPoolVolumeDriver": StorPoolVolumeDriver,
+    _P + "nvme.LibvirtNVMEVolumeDriver": NVMeoFVolumeDriver,
+    _P + "lightos.LibvirtLightOSVolumeDriver": LightOSVolumeDriver,
+}
+
+__all__ = ["NOVA_DRIVER_CLASSES", "RenderedDisk", "VirtdriverRendering",
+           *(cls.__name__ for cls in NOVA_DRIVER_CLASSES.values())]

@@ -1,0 +1,52 @@
+"""The attach policy: every rule that decides how a volume may be used, in one package.
+
+- :mod:`~virtdriver.policy.attach` — one disk: attach mode, read-only, ``<shareable/>``,
+  ``cache``/``io``, labels, and the refusals of unsafe combinations;
+- :mod:`~virtdriver.policy.sharing` — the host: who may share a volume's data (a second user of a
+  non-multiattach volume, the same data under another id, swap from a multi-writer, fan-out),
+  and the dangers ``audit`` reports;
+- :mod:`~virtdriver.policy.identity` — what a volume id may be and how it is carried in a
+  libvirt user alias.
+
+All are pure functions: they read what they are given and raise a
+:class:`~virtdriver.errors.PolicyRefusal` (or an :class:`~virtdriver.errors.InputError`) that says
+why. "Where is the rule that refused this?" is answered in this folder.
+"""
+
+from virtdriver.policy.attach import (
+    ATTACH_MODES,
+    LABEL_POLICIES,
+    THROTTLE_MAX,
+    VIRTUAL_IMAGE_CONTEXT,
+    apply_policy,
+    check_attach_mode,
+    check_block_device_attach_mode,
+    check_block_sizes,
+    check_hotplug_bus,
+    check_label_options,
+    check_option_flag,
+    check_option_text,
+    check_throttle,
+    effective_attach_mode,
+    shared_image_label,
+)
+from virtdriver.policy.sharing import DIRECT_CACHE_MODES
+
+__all__ = [
+    "ATTACH_MODES",
+    "DIRECT_CACHE_MODES",
+    "LABEL_POLICIES",
+    "THROTTLE_MAX",
+    "VIRTUAL_IMAGE_CONTEXT",
+    "apply_policy",
+    "check_attach_mode",
+    "check_block_device_attach_mode",
+    "check_block_sizes",
+    "check_hotplug_bus",
+    "check_label_options",
+    "check_option_flag",
+    "check_option_text",
+    "check_throttle",
+    "effective_attach_mode",
+    "shared_image_label",
+]

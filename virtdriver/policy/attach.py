@@ -1,0 +1,252 @@
+"""The per-disk attach policy: read-only, sharing, cache/io, labels and refusals of one disk.
+
+Protocol drivers say where a volume is; this module says how it may be used:
+
+- **Attach mode.** Exactly ``ro`` or ``rw`` (default ``rw``). The effective mode is ``ro`` when
+  either the request or the storage service's ``data.access_mode`` says so. ``ro`` gives
+  ``<readonly/>``.
+- **Multiattach.** Every attachment of a multiattach volume, read-only ones included, is
+  ``<shareable/>`` with ``cache='none'`` — QEMU's image locking refuses a second opener otherwise,
+  and a host page cache per guest would serve stale data. ``io='native'`` is kept only with cache
+  ``none``/``directsync``; otherwise ``threads``.
+- **Refusals.** A shareable read-write disk in a format other than raw (libvirt allows shared
+  writes to raw images only); encryption together with multiattach (the LUKS layer is not safe to
+  share); ``<shareable/>`` on a volume not flagged multiattach; an attach mode on a disk that is
+  not a volume (:func:`check_block_device_attach_mode`).
+- **What libvirt 9 or QEMU 7 refuse** is refused here first, with the key named:
+  ``device='lun'`` only on a raw block device or a QEMU-native iSCSI source and never encrypted;
+  no read-only disk on the buses libvirt cannot make read-only (ide, sata); block sizes QEMU
+  rejects (logical above physical, anything but 512 on ide/sata); throttle values above QEMU's
+  ceiling (see :func:`check_throttle`); a bus that cannot be hot-plugged where attach would use it.
+- **Labels** (``label_policy``): ``auto`` adds nothing and lets libvirt give shareable disks the
+  shared image label (it never restores labels of shared or read-only disks on detach);
+  ``explicit`` pins the shared image SELinux context on shareable host disks; ``none`` turns
+  relabelling off (``selinux`` and ``dac``) for storage whose labels are managed elsewhere.
+  Network disks are never labelled by libvirt and get no per-disk labels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from virtdriver.config import Disk, SecLabel
+from virtdriver.errors import (
+    InvalidAttachMode,
+    InvalidConnectionInfo,
+    InvalidRenderOption,
+    MultiattachNotSupported,
+    UnsafeAttachment,
+    show,
+)
+from virtdriver.policy.sharing import DIRECT_CACHE_MODES
+
+ATTACH_MODES: Final = ("ro", "rw")
+LABEL_POLICIES: Final = ("auto", "explicit", "none")
+LUN_PROTOCOLS: Final = ("iscsi",)  # network sources libvirt passes SCSI commands through to
+NO_READONLY_BUSES: Final = ("ide", "sata")  # libvirt: "readonly ide disks are not supported"
+NO_HOTPLUG_BUSES: Final = ("ide", "sata")  # libvirt: "disk bus 'ide' cannot be hotplugged"
+SECTOR_ONLY_BUSES: Final = ("ide", "sata")  # QEMU's ide-hd: "logical_block_size must be 512"
+DEFAULT_BLOCK_SIZE: Final = 512  # what QEMU assumes for a block size that is not given
+THROTTLE_MAX: Final = 10**15  # QEMU's ceiling for a rate and for a burst's rate x length
+VIRTUAL_IMAGE_CONTEXT = Path("/etc/selinux/targeted/contexts/virtual_image_context")
+
+
+def check_attach_mode(mode: object, where: str = "attach_mode") -> str:
+    """``mode`` if it is ``ro`` or ``rw``; :class:`InvalidAttachMode` otherwise."""
+    if mode not in ATTACH_MODES:
+        raise InvalidAttachMode(f"{where}: {show(mode)} is not an attach mode (use 'ro' or 'rw')")
+    return mode  # type: ignore[return-value]
+
+
+def effective_attach_mode(requested: object, access_mode: object) -> str:
+    """``ro`` if either the request or the storage service's ``access_mode`` says ``ro``."""
+    requested = check_attach_mode(requested)
+    if access_mode is not None:
+        if access_mode not in ATTACH_MODES:
+            raise InvalidConnectionInfo("connection_info.data.access_mode",
+                                        f"{show(access_mode)} is not 'ro' or 'rw'")
+        if access_mode == "ro":
+            return "ro"
+    return requested
+
+
+def check_block_device_attach_mode(bdm: Mapping[str, Any]) -> None:
+    """Refuse an ``attach_mode`` on a block-device mapping that is not a volume.
+
+    For compute services validating a server's block-device mappings: the multiattach spec makes
+    an attach mode on a disk whose ``destination_type`` is not ``volume`` (an image-backed root,
+    an ephemeral or swap disk) an error, not something to ignore.
+    """
+    if bdm.get("attach_mode") is None:
+        return
+    check_attach_mode(bdm["attach_mode"], "block_device_mapping.attach_mode")
+    if bdm.get("destination_type") != "volume":
+        raise InvalidAttachMode("block_device_mapping.attach_mode: an attach mode is only "
+                                "allowed on a volume, not on a local or ephemeral disk")
+
+
+def shared_image_label(configured: str | None = None,
+                       context_file: Path = VIRTUAL_IMAGE_CONTEXT) -> str:
+    """The host's shared image SELinux context: configured, else read from the policy file."""
+    if configured:
+        return configured
+    try:
+        first = context_file.read_text().splitlines()[0].strip()
+    except (OSError, IndexError):
+        first = ""
+    if not first:
+        raise UnsafeAttachment(f"label_policy 'explicit' needs the shared image SELinux context: "
+                               f"{context_file} is missing or empty; configure it explicitly")
+    return first
+
+
+def check_option_text(name: str, value: object) -> str | None:
+    """A host option's text: ``None``, or a non-empty printable single line.
+
+    Control characters (C0, DEL, C1, line and paragraph separators) and lone surrogates are
+    refused: they reach XML attributes and file names libvirt or QEMU refuse or mis-handle.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or not value.isprintable():
+        raise InvalidRenderOption(f"{name}: {show(value)} is not a non-empty line of printable "
+                                  "text")
+    return value
+
+
+def check_option_flag(name: str, value: object) -> bool:
+    """A boolean host option: ``True`` or ``False`` only (a string "false" would be true)."""
+    if not isinstance(value, bool):
+        raise InvalidRenderOption(f"{name}: {show(value)} is not true or false")
+    return value
+
+
+def check_label_options(label_policy: object, shared_label: object) -> None:
+    """A shared image label is only used with ``label_policy='explicit'``: refuse it otherwise
+    rather than ignore it silently."""
+    if shared_label is not None and label_policy != "explicit":
+        raise InvalidRenderOption("shared_image_label (--shared-image-label) is only used with "
+                                  "label_policy 'explicit' (--label-policy explicit)")
+
+
+def check_hotplug_bus(bus: object, where: str = "bus") -> None:
+    """Refuse a bus libvirt cannot hot-plug a disk on (attach to a running guest would fail)."""
+    if bus in NO_HOTPLUG_BUSES:
+        raise InvalidRenderOption(f"{where}: {show(bus)} cannot be hot-plugged into a running "
+                                  f"guest; use one of virtio, scsi, usb")
+
+
+def check_block_sizes(bus: str, logical: int | None, physical: int | None) -> None:
+    """Block sizes QEMU accepts for ``bus``: logical never above physical, 512 on ide/sata."""
+    where = "connection_info.data.logical_block_size"
+    log = logical or DEFAULT_BLOCK_SIZE
+    if bus in SECTOR_ONLY_BUSES and log != DEFAULT_BLOCK_SIZE:
+        raise InvalidConnectionInfo(where, f"{log} is not possible on bus {bus!r} (only 512)")
+    if log > (physical or DEFAULT_BLOCK_SIZE):
+        raise InvalidConnectionInfo(where, f"{log} is larger than the physical block size "
+                                    f"({physical or DEFAULT_BLOCK_SIZE}); QEMU refuses that")
+
+
+def check_throttle(values: Mapping[str, int], where: str) -> None:
+    """Refuse ``<iotune>`` values libvirt or QEMU refuse (keys are libvirt's iotune names).
+
+    ``total_*`` with ``read_*``/``write_*`` of the same kind; a rate or burst above
+    :data:`THROTTLE_MAX`; a burst without its base rate or below it; a burst length without a
+    burst, or whose product with its burst exceeds :data:`THROTTLE_MAX`; ``size_iops_sec``
+    without an iops rate.
+    """
+    for key, value in values.items():
+        kind, _, rest = key.partition("_")  # "read", "iops_sec_max"
+        if kind == "total":
+            for part in ("read_" + rest, "write_" + rest):
+                if part in values:
+                    raise InvalidConnectionInfo(f"{where}.{key}", f"cannot be combined with {part}")
+        if key.endswith("_max_length"):
+            burst = key[: -len("_length")]
+            if burst not in values:
+                raise InvalidConnectionInfo(f"{where}.{key}", f"needs {burst}")
+            if value > THROTTLE_MAX // values[burst]:
+                raise InvalidConnectionInfo(f"{where}.{key}", f"{value} times {burst} "
+                                            f"({values[burst]}) is above QEMU's limit "
+                                            f"{THROTTLE_MAX}")
+            continue
+        if key != "size_iops_sec" and value > THROTTLE_MAX:
+            raise InvalidConnectionInfo(f"{where}.{key}", f"{value} is above QEMU's limit "
+                                        f"{THROTTLE_MAX}")
+        if key.endswith("_max"):
+            base = key[: -len("_max")]
+            if base not in values or value < values[base]:
+                raise InvalidConnectionInfo(f"{where}.{key}", f"needs {base} set and not above it")
+    if "size_iops_sec" in values and not any(
+            k in values for k in ("total_iops_sec", "read_iops_sec", "write_iops_sec")):
+        raise InvalidConnectionInfo(f"{where}.size_iops_sec", "needs an iops limit "
+                                    "(total_iops_sec, read_iops_sec or write_iops_sec)")
+
+
+def _check_device(disk: Disk, encrypted: bool) -> None:
+    """``device='lun'`` passes SCSI commands through: a raw block device or QEMU-native iSCSI
+    only (libvirt refuses other protocols, files, other formats and encryption)."""
+    if disk.device != "lun":
+        return
+    source, driver = disk.source, disk.driver
+    protocol = source.protocol if source is not None else None
+    if disk.type == "network" and protocol not in LUN_PROTOCOLS:
+        raise InvalidRenderOption(f"device 'lun' is not possible with protocol {protocol!r}: "
+                                  "libvirt passes SCSI commands through to iSCSI only")
+    if disk.type not in ("block", "network"):
+        raise InvalidRenderOption(f"device 'lun' needs a block or iSCSI volume, not a "
+                                  f"{disk.type} disk")
+    if driver is not None and driver.type not in (None, "raw"):
+        raise InvalidRenderOption(f"device 'lun' needs a raw volume, not {driver.type}")
+    if encrypted:
+        raise InvalidRenderOption("device 'lun' cannot be encrypted (libvirt refuses it)")
+
+
+def apply_policy(disk: Disk, *, attach_mode: str, multiattach: bool, host_attached: bool,
+                 encrypted: bool = False, label_policy: str = "auto",
+                 shared_label: str | None = None) -> Disk:
+    """Apply attach mode, sharing, cache/io, labels and refusals to ``disk`` (in place).
+
+    ``disk`` comes from a volume driver (source, format and its default cache/io). Returns it.
+    """
+    check_attach_mode(attach_mode)
+    if label_policy not in LABEL_POLICIES:
+        raise InvalidRenderOption(f"label_policy {show(label_policy)} is not one of "
+                               f"{', '.join(LABEL_POLICIES)}")
+    if disk.shareable and not multiattach:
+        raise MultiattachNotSupported("a shareable disk was requested for a volume that is not "
+                                      "multiattach; sharing it would risk corrupting its data")
+    driver = disk.driver
+    fmt = driver.type if driver is not None else None
+    if multiattach:
+        if encrypted:
+            raise MultiattachNotSupported("an encrypted volume cannot be multiattach: its LUKS "
+                                          "layer is not safe to share between guests")
+        if attach_mode == "rw" and fmt not in (None, "raw"):
+            raise MultiattachNotSupported(f"multiattach with attach_mode 'rw': a {fmt} volume "
+                                          "cannot be shared read-write: libvirt allows shared "
+                                          "write access to raw images only")
+        disk.shareable = True
+        if driver is not None:
+            driver.cache = "none"
+    _check_device(disk, encrypted)
+    disk.readonly = attach_mode == "ro"
+    bus = disk.target.bus if disk.target is not None else None
+    if disk.readonly and disk.device == "disk" and bus in NO_READONLY_BUSES:
+        raise InvalidAttachMode(f"attach_mode 'ro': libvirt cannot make a {bus} disk read-only; "
+                                "use bus virtio, scsi or usb")
+    if driver is not None and driver.io == "native" and driver.cache not in DIRECT_CACHE_MODES:
+        driver.io = "threads"
+    if host_attached and disk.source is not None:
+        disk.source.seclabels = _labels(label_policy, disk.shareable, shared_label)
+    return disk
+
+
+def _labels(label_policy: str, shareable: bool, shared_label: str | None) -> list[SecLabel]:
+    if label_policy == "none":
+        return [SecLabel(model="selinux", relabel="no"), SecLabel(model="dac", relabel="no")]
+    if label_policy == "explicit" and shareable:
+        return [SecLabel(model="selinux", relabel="yes", label=shared_image_label(shared_label))]
+    return []
