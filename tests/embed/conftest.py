@@ -9,20 +9,18 @@ from typing import Any
 import libvirt
 import pytest
 
-from virtdriver.guests import Guests, embed_uri, open_connection, process_embed_root
+from tests.support.fixtures import made_guests, opened
+from virtdriver.guests import Guests, embed_uri, process_embed_root
 
 
 @pytest.fixture(scope="module")
 def embed_conn() -> Iterator[libvirt.virConnect]:
-    conn = open_connection(embed_uri(process_embed_root()))
-    yield conn
-    conn.close()
+    yield from opened(embed_uri(process_embed_root()))
 
 
 @pytest.fixture
 def embed_guests(embed_conn: libvirt.virConnect) -> Iterator[Guests]:
-    with Guests(embed_conn) as made:
-        yield made
+    yield from made_guests(embed_conn)
 
 
 @pytest.fixture

@@ -36,20 +36,30 @@ def require_libvirtd() -> None:
     pytest.skip(reason)
 
 
+def opened(uri: str) -> Iterator[libvirt.virConnect]:
+    """The body of a connection fixture: open ``uri`` with the event loop running, close after."""
+    conn = open_connection(uri)
+    yield conn
+    conn.close()
+
+
+def made_guests(conn: libvirt.virConnect) -> Iterator[Guests]:
+    """The body of a guests fixture: every guest started through it is removed after the test."""
+    with Guests(conn) as made:
+        yield made
+
+
 @pytest.fixture(scope="session")
 def system_conn() -> Iterator[libvirt.virConnect]:
     """A connection to the real libvirtd (qemu:///system), opened with the event loop running."""
     require_libvirtd()
-    conn = open_connection(SYSTEM_URI)
-    yield conn
-    conn.close()
+    yield from opened(SYSTEM_URI)
 
 
 @pytest.fixture
 def guests(system_conn: libvirt.virConnect) -> Iterator[Guests]:
     """Starts OS-less guests on qemu:///system and removes them after the test."""
-    with Guests(system_conn) as made:
-        yield made
+    yield from made_guests(system_conn)
 
 
 @pytest.fixture

@@ -147,55 +147,40 @@ def _read_log_until(path: Path, offset: int, marker: str, timeout: float) -> lis
         delay = min(delay * 2, 0.05)
 
 
-def write_pattern(
-    dom: libvirt.virDomain,
-    device: str,
-    pattern: int,
-    offset: int = 0,
-    length: int = 4096,
-    *,
-    node: bool = False,
-) -> str:
-    """Write ``length`` bytes of ``pattern`` at ``offset`` through the guest's backend.
-
-    Raises :class:`ReadOnlyWrite` if QEMU refuses (``Block node is
-    read-only``) and :class:`QemuIoError` for any other failure; returns the
-    qemu-io output.
-    """
+def _pattern_io(dom: libvirt.virDomain, device: str, verb: str, pattern: int, offset: int,
+                length: int, node: bool) -> str:
+    """qemu-io's ``write -P`` / ``read -P``; raises QemuIoError unless it did all ``length``."""
     if not 0 <= pattern <= 0xFF:
         raise ValueError("pattern must be a byte value")
-    out = qemu_io(
-        dom, device, f"write -P {pattern:#04x} {offset} {length}", node=node
-    )
+    out = qemu_io(dom, device, f"{verb} -P {pattern:#04x} {offset} {length}", node=node)
     if "Block node is read-only" in out:
-        raise ReadOnlyWrite("write refused", out)
-    if f"wrote {length}/{length} bytes at offset {offset}" not in out:
-        raise QemuIoError("write failed", out)
+        raise ReadOnlyWrite(f"{verb} refused", out)
+    if "Pattern verification failed" in out:
+        return out
+    done = "wrote" if verb == "write" else verb
+    if f"{done} {length}/{length} bytes at offset {offset}" not in out:
+        raise QemuIoError(f"{verb} failed", out)
     return out
 
 
-def read_pattern(
-    dom: libvirt.virDomain,
-    device: str,
-    pattern: int,
-    offset: int = 0,
-    length: int = 4096,
-    *,
-    node: bool = False,
-) -> bool:
+def write_pattern(dom: libvirt.virDomain, device: str, pattern: int, offset: int = 0,
+                  length: int = 4096, *, node: bool = False) -> str:
+    """Write ``length`` bytes of ``pattern`` at ``offset`` through the guest's backend.
+
+    Raises :class:`ReadOnlyWrite` if QEMU refuses (``Block node is read-only``) and
+    :class:`QemuIoError` for any other failure; returns the qemu-io output.
+    """
+    return _pattern_io(dom, device, "write", pattern, offset, length, node)
+
+
+def read_pattern(dom: libvirt.virDomain, device: str, pattern: int, offset: int = 0,
+                 length: int = 4096, *, node: bool = False) -> bool:
     """True if ``length`` bytes at ``offset`` all equal ``pattern``.
 
-    False on ``Pattern verification failed``; :class:`QemuIoError` if the
-    read itself failed.
+    False on ``Pattern verification failed``; :class:`QemuIoError` if the read itself failed.
     """
-    if not 0 <= pattern <= 0xFF:
-        raise ValueError("pattern must be a byte value")
-    out = qemu_io(dom, device, f"read -P {pattern:#04x} {offset} {length}", node=node)
-    if "Pattern verification failed" in out:
-        return False
-    if f"read {length}/{length} bytes at offset {offset}" not in out:
-        raise QemuIoError("read failed", out)
-    return True
+    return "Pattern verification failed" not in _pattern_io(dom, device, "read", pattern,
+                                                            offset, length, node)
 
 
 # ---- QMP query-block ----------------------------------------------------------------------------
