@@ -17,7 +17,7 @@ import libvirt
 from virtdriver.config import Disk, DomainDisks
 from virtdriver.hypervisor.dataid import DataIdentity, data_identity
 from virtdriver.hypervisor.metadata import NS, parse_notes
-from virtdriver.policy.identity import names_guest, volume_of_alias
+from virtdriver.policy.identity import encode_volume_id, names_guest, volume_of_alias
 from virtdriver.policy.sharing import Use
 
 LIST_ACTIVE = libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE
@@ -152,7 +152,9 @@ class DomainState:
 
 
 def _read_xml(xml: str, mentioning: str | None) -> DomainDisks:
-    if mentioning is not None and mentioning not in xml:
+    # A volume id appears in the XML as itself (a swap note) or encoded in a disk's alias.
+    if (mentioning is not None and mentioning not in xml
+            and encode_volume_id(mentioning) not in xml):
         return DomainDisks(name="", uuid="", disks=[], controllers=[])
     return DomainDisks.from_xml(xml)
 
