@@ -9,7 +9,7 @@ dotted path outside ``nova.virt``). Three places differ from nova's driver:
   ``[libvirt] disk_cachemodes`` on top, which could give a shared disk a host page cache);
 - whether the host connection of a volume may be torn down after a detach is answered from
   libvirt's live state: it is kept while any other guest on this host still has a disk carrying
-  the volume's ``ua-<volume id>`` alias, running or defined -- not from the block-storage
+  the volume's alias (``ua-`` and the encoded id), running or defined -- not from the block-storage
   service's attachment list and nova's database, which lag behind or miss guests.
 """
 
@@ -28,14 +28,16 @@ from virtdriver.hypervisor.usage import DiskUse, host_state
 from virtdriver.nova.adapters import NOVA_DRIVER_CLASSES
 
 LOG = logging.getLogger(__name__)
-ALIAS_PREFIX = "ua-"
 
 
 def local_users(conn: Any, volume_id: str) -> list[DiskUse]:
-    """Every disk on this host (live or defined) that carries ``volume_id``'s alias."""
-    alias = ALIAS_PREFIX + volume_id
+    """Every disk on this host (live or defined) that serves ``volume_id``.
+
+    The volume a disk serves is read the one way every step reads it (:attr:`DiskUse.volume`):
+    the alias that encodes the id, or the swap note of a device that now serves another volume.
+    """
     return [use for state in host_state(conn, mentioning=volume_id) for use in state.disks
-            if use.alias == alias]
+            if use.volume == volume_id]
 
 
 class LibvirtDriver(nova_driver.LibvirtDriver):
