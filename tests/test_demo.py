@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -42,14 +41,11 @@ def qemus_under(dirs: set[Path]) -> list[int]:
 
 def test_demo_tells_the_story_and_cleans_up() -> None:
     before = workspaces()
-    started = time.monotonic()
     done = subprocess.run(DEMO, cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          check=False)
-    elapsed = time.monotonic() - started
+                          check=False)  # the timeout only guards against a hang
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
     assert done.stderr == ""
-    assert elapsed < 60
     for line in (
         "virtdriver demo: one multiattach volume shared by two running guests",
         "1. Start two guests with no OS",
