@@ -195,5 +195,13 @@ class SwapRefused(PolicyRefusal, SwapFailed):
     """The policy refuses the swap (a shared source with other writers, the same volume, ...)."""
 
 
+class MigrationFailed(HypervisorError):
+    """A live migration step failed on one of the two hosts."""
+
+
+class MigrationRefused(PolicyRefusal, MigrationFailed):
+    """Moving a guest (or its volume) to another host would be unsafe."""
+
+
 class ExtendRefused(PolicyRefusal):
     """The new size is smaller than the volume, or the storage has not grown to it."""

@@ -50,13 +50,16 @@ def available() -> str | None:
 
 
 class PrivateLibvirtd:
-    def __init__(self) -> None:
+    def __init__(self, *, host_uuid: str | None = None) -> None:
+        """``host_uuid`` makes the daemon another host as far as libvirt is concerned (a live
+        migration between two daemons of one machine is refused when both report the same)."""
         self.base = Path(tempfile.mkdtemp(prefix="vdlvd-", dir="/tmp"))
         for name in BINDS:
             (self.base / name).mkdir()
         (self.base / "lib" / "qemu").mkdir()
         (self.base / "etc" / "qemu.conf").write_text(QEMU_CONF)
-        (self.base / "etc" / "libvirtd.conf").write_text("")
+        (self.base / "etc" / "libvirtd.conf").write_text(
+            f'host_uuid = "{host_uuid}"\n' if host_uuid else "")
         if HOST_CAPS.is_dir():
             shutil.copytree(HOST_CAPS, self.base / "cache" / "qemu" / "capabilities")
         script = ["#!/bin/sh", "set -e"]

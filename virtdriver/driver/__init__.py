@@ -20,6 +20,7 @@ from typing import Any
 from virtdriver.attachment import Attachment
 from virtdriver.driver import attach as attach_steps
 from virtdriver.driver import detach as detach_steps
+from virtdriver.driver import migrate as migrate_steps
 from virtdriver.driver import swap as swap_steps
 from virtdriver.driver.host import Host
 from virtdriver.driver.options import DEFAULT_STATE_DIR, HostOptions, check_timeout
@@ -154,6 +155,36 @@ class LibvirtVolumeDriver:
                       new_size: int) -> int:
         """Grow an attached volume; returns the size the guest now sees, in bytes."""
         return swap_steps.extend(self.hosting, instance, connection_info, new_size)
+
+    # ---- live migration (see virtdriver.driver.migrate) -------------------------------------
+
+    def prepare_incoming(self, connection_info: Mapping[str, Any], instance: str,
+                         attach_mode: str = "rw") -> None:
+        """On the destination: connect the volume for ``instance`` before it arrives by live
+        migration; it counts as a user of the volume here from now on."""
+        migrate_steps.prepare_incoming(self.hosting, connection_info, instance, attach_mode)
+
+    def incoming_xml(self, domain_xml: str,
+                     connection_infos: Sequence[Mapping[str, Any]]) -> str:
+        """On the destination: the guest's domain XML with its volumes rendered for this host."""
+        return migrate_steps.incoming_xml(self.hosting, domain_xml, connection_infos)
+
+    def abort_incoming(self, instance: str, volume_id: str) -> bool:
+        """On the destination, after a failed migration: undo :meth:`prepare_incoming`."""
+        return migrate_steps.abort_incoming(self.hosting, instance, volume_id)
+
+    def finish_outgoing(self, instance: str, volume_id: str) -> list[str]:
+        """On the source, once ``instance`` left: release the volume's host side unless another
+        guest here uses it; returns the guests that still do."""
+        return migrate_steps.finish_outgoing(self.hosting, instance, volume_id)
+
+    def migrate(self, instance: str, destination: LibvirtVolumeDriver,
+                connection_infos: Sequence[Mapping[str, Any]], *,
+                uri: str | None = None) -> list[str]:
+        """Live-migrate ``instance`` and its volumes to ``destination`` (all three steps around
+        libvirt's migration); returns the volumes this host keeps connected for other guests."""
+        return migrate_steps.migrate(self.hosting, destination.hosting, instance,
+                                     connection_infos, uri=uri)
 
     def close(self) -> None:
         self.hosting.close()

@@ -115,7 +115,9 @@ def _read_host(host: Host, instances: Sequence[str]) -> tuple[list[Target], list
             host.connection.domain(instance)  # raises InstanceNotFound
             raise HypervisorError(f"guest {instance!r} changed while it was being read")
         targets.append(Target(by_uuid[domain.uuid], generation))
-    uses = [use for d in domains for use in d.state().uses()]
+    states = [d.state() for d in domains]
+    uses = [use for state in states for use in state.uses()]
+    uses += host.arriving([(state.name, state.uuid) for state in states])
     return targets, uses
 
 

@@ -21,6 +21,7 @@ from virtdriver.hypervisor.dataid import DataIdentity, identity_token
 from virtdriver.hypervisor.hostconn import HostConnections
 from virtdriver.hypervisor.locks import locks
 from virtdriver.hypervisor.usage import DomainState, host_state
+from virtdriver.policy.migration import still_arriving
 from virtdriver.policy.sharing import Use, still_used
 from virtdriver.driver.options import HostOptions
 from virtdriver.driver.request import VolumeRequest
@@ -63,8 +64,15 @@ class Host:
             raise HypervisorError("cannot read the host's guests", libvirt_message(exc)) from None
 
     def uses(self) -> list[Use]:
-        """Every disk of every guest on this host, as the sharing rules see it."""
-        return [use for state in self.states() for use in state.uses()]
+        """Every disk of every guest on this host, as the sharing rules see it, and the disks of
+        guests expected here by live migration."""
+        states = self.states()
+        return [use for state in states for use in state.uses()] + self.arriving(
+            [(state.name, state.uuid) for state in states])
+
+    def arriving(self, present: list[tuple[str, str]]) -> list[Use]:
+        """The disks of guests prepared here for live migration that have not arrived yet."""
+        return [a.as_use() for a in still_arriving(self.records.arrivals(), present)]
 
     def state(self, dom: libvirt.virDomain) -> DomainState:
         try:
@@ -94,10 +102,12 @@ class Host:
         return self.records.release(vid, self.connection.get(), self._mount_in_use, properties)
 
     def release_unless_used(self, vid: str, data: DataIdentity | None,
-                            properties: dict[str, Any] | None = None) -> list[str]:
+                            properties: dict[str, Any] | None = None, *,
+                            gone: str | None = None) -> list[str]:
         """Release the host side when no guest uses the volume or its data any more; returns the
-        guests that still do (and then releases nothing)."""
-        users = still_used(vid, data, self.uses())
+        guests that still do (and then releases nothing). ``gone`` is a guest (UUID) whose
+        leftover definition does not count: it left this host by live migration."""
+        users = still_used(vid, data, [u for u in self.uses() if u.guest_uuid != gone])
         if not users:
             self.release(vid, properties)
         return users

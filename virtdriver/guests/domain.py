@@ -184,6 +184,14 @@ class Guests:
             del self._made[name]
             raise
 
+    def adopt(self, name: str, persistent: bool = True) -> None:
+        """Remove ``name`` with the others, too (a guest that arrived here by migration)."""
+        self._made[name] = persistent
+
+    def start_named(self, name: str, persistent: bool = True) -> libvirt.virDomain:
+        """Start a guest with exactly this name (another host's guest of the same name)."""
+        return self._start(name, persistent, self.kvm, False)
+
     def remove(self, name: str) -> None:
         """Destroy and (if persistent) undefine one guest, ignoring gone ones."""
         persistent = self._made.pop(name, True)

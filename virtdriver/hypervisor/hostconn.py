@@ -23,6 +23,7 @@ from virtdriver.config.secret import LibvirtSecret, SecretUsage
 from virtdriver.errors import HostConnectFailed, StateError
 from virtdriver.hypervisor import brick, mounts
 from virtdriver.hypervisor.locks import file_token
+from virtdriver.policy.migration import Arrival
 from virtdriver.volume.base import HostSecret
 from virtdriver.secrets import without_secrets
 
@@ -37,6 +38,9 @@ class HostRecord:
     secrets: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (type, usage)
     mount_point: str | None = None
     connector_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Guests expected by live migration (prepared here, not arrived yet): their disks, as the
+    # sharing rules will see them, written as Arrival.to_json gives them.
+    arriving: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 class HostConnections:
@@ -71,6 +75,11 @@ class HostConnections:
             record = HostRecord(**raw)
             if not isinstance(record.properties, dict) or not isinstance(record.device_info, dict):
                 raise TypeError("properties or device_info is not an object")
+            if not isinstance(record.arriving, list) or not all(
+                    isinstance(a, dict) for a in record.arriving):
+                raise TypeError("arriving is not a list of objects")
+            for arrival in record.arriving:
+                Arrival.from_json(arrival)
         except (TypeError, ValueError) as exc:
             raise StateError(f"the host-connection record {path} is damaged ({exc}); "
                              "'virtdriver audit' lists it") from None
@@ -178,6 +187,18 @@ class HostConnections:
                 continue
             found.append(vid if isinstance(vid, str) else path.stem)
         return sorted(found), damaged
+
+    def arrivals(self) -> list[Arrival]:
+        """Every guest expected here by live migration, over all readable records."""
+        found = []
+        for vid in self.connected():
+            try:
+                record = self.load(vid)
+            except StateError:
+                continue  # audit reports it; it must not block other volumes
+            if record is not None:
+                found += [Arrival.from_json(a) for a in record.arriving]
+        return found
 
     def connected(self) -> list[str]:
         """Volume ids with host-side resources recorded."""

@@ -1,0 +1,92 @@
+"""The rules of live migration: which disks may move, and who counts as a user meanwhile.
+
+A guest that is being migrated is on two hosts at once, as far as its volumes are concerned:
+the destination connected them before the guest arrives, the source still has them until the
+guest has left. Two rules follow, and both are here:
+
+- a guest *arriving* (prepared on the destination, not there yet) uses its volumes on the
+  destination like a guest that is there: another attach is refused or allowed by the sharing
+  rules as if it were, and a detach of a neighbour does not tear its connection down;
+- a guest may leave only with disks that another host can run safely: a shared disk must not be
+  cached on the source's host (the destination would start from stale pages) -- libvirt refuses
+  that too, in words an operator cannot act on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from virtdriver.errors import MigrationRefused, show
+from virtdriver.policy.identity import names_guest
+from virtdriver.policy.sharing import DIRECT_CACHE_MODES, Use
+
+
+@dataclasses.dataclass(frozen=True)
+class Arrival:
+    """A guest expected on this host by live migration, and its disk of one volume."""
+
+    guest: str  # the instance as the caller named it (name or UUID)
+    volume: str
+    data: tuple[str, ...] | None
+    shareable: bool
+    readonly: bool
+
+    def as_use(self) -> Use:
+        """The arriving guest's disk, as the sharing rules see it (it will be live here)."""
+        return Use(guest=f"{self.guest} (arriving by live migration)", guest_uuid=self.guest,
+                   volume=self.volume, data=self.data, shareable=self.shareable,
+                   readonly=self.readonly, cache="none")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"guest": self.guest, "volume": self.volume,
+                "data": list(self.data) if self.data is not None else None,
+                "shareable": self.shareable, "readonly": self.readonly}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Arrival:
+        data = raw.get("data")
+        fields = (raw.get("guest"), raw.get("volume"))
+        if not all(isinstance(f, str) for f in fields) or not (
+                data is None or (isinstance(data, list) and all(isinstance(d, str) for d in data))):
+            raise ValueError(f"{show(raw)} is not an arriving guest")
+        return cls(str(raw["guest"]), str(raw["volume"]),
+                   tuple(data) if data is not None else None,
+                   raw.get("shareable") is True, raw.get("readonly") is True)
+
+    def is_guest(self, name: str, uuid: str) -> bool:
+        return names_guest(name, uuid, self.guest)
+
+
+def still_arriving(arrivals: Iterable[Arrival],
+                   present: Sequence[tuple[str, str]]) -> list[Arrival]:
+    """The arrivals whose guest is not on this host yet: once it is there, its own disks count
+    (an arrival left behind after that says nothing any more)."""
+    return [a for a in arrivals if not any(a.is_guest(name, uuid) for name, uuid in present)]
+
+
+def refuse_leaving(guest: str, disks: Sequence[Use]) -> None:
+    """Refuse to migrate ``guest`` when one of its volumes would be unsafe on another host.
+
+    ``disks`` are the guest's own disks. A disk another guest may write (``<shareable/>``) must
+    not be cached on this host: the guest would leave dirty pages behind, and the destination
+    would read what the neighbours wrote through a cache of its own.
+    """
+    for use in disks:
+        if use.shareable and use.cache not in DIRECT_CACHE_MODES:
+            raise MigrationRefused(
+                f"guest {guest} cannot be migrated: its disk {use.device or '?'} (volume "
+                f"{use.volume or 'not attached by virtdriver'}) is shared with cache="
+                f"{use.cache or 'default'}; a shared disk must use cache='none' (detach and "
+                "attach it again with virtdriver, which renders it so)")
+
+
+def refuse_unprepared(guest: str, volumes: Iterable[str], prepared: Iterable[str]) -> None:
+    """Every volume the guest takes along must have been prepared on the destination."""
+    missing = sorted(set(volumes) - set(prepared))
+    if missing:
+        raise MigrationRefused(
+            f"guest {guest} cannot be migrated: volume{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(missing)} {'were' if len(missing) > 1 else 'was'} not prepared on the "
+            "destination (prepare_incoming / 'virtdriver migrate-prepare' first)")
