@@ -247,7 +247,7 @@ def test_b_a_refused_attach_keeps_the_other_guests_attachment(
 
 @pytest.fixture(scope="module")
 def private_libvirtd() -> Iterator[Any]:
-    from tests.support import private_libvirtd as pl
+    from virtdriver.guests import private_libvirtd as pl
 
     reason = pl.available()
     if reason is not None:

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.hypervisor
 
 @pytest.fixture(scope="module")
 def destination_daemon() -> Iterator[Any]:
-    from tests.support import private_libvirtd as pl
+    from virtdriver.guests import private_libvirtd as pl
 
     reason = pl.available()
     if reason is not None:
@@ -163,3 +163,36 @@ def test_an_arriving_guest_uses_the_volume_on_the_destination_until_aborted(
     destination.attach_volume(info, neighbour.name())  # free again
     destination.detach_volume(neighbour.name(), vid)
     assert destination.host.connected() == []
+
+
+def test_the_cli_migrates_like_the_api(guests, dest_guests, drivers, loop_device,
+                                       tmp_path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    source, destination = drivers
+    a, b = guests.start("a"), guests.start("b")
+    info = local_volume(loop_device.device, multiattach=True)
+    vid = info["data"]["volume_id"]
+    source.attach_volume(info, a.name())
+    source.attach_volume(info, b.name(), attach_mode="ro")
+    dest_guests.adopt(a.name())
+    volume = tmp_path / "volume.json"
+    volume.write_text(json.dumps(info))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "virtdriver", "--state-dir", str(source.state_dir), "migrate",
+         a.name(), "--to", destination.uri, "--volume", str(volume), "--dest-state-dir",
+         str(destination.state_dir), "--migration-uri", migration_uri()],
+        capture_output=True, text=True, timeout=120, check=False)
+
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert done.stdout.splitlines() == [
+        f"Guest {a.name()} migrated to {destination.uri}",
+        f"Volume {vid} stays connected on this host: other guests here still use it"]
+    assert [x.attach_mode for x in destination.list_attachments(a.name())] == ["rw"]
+    assert source.host.connected() == [vid] == destination.host.connected()
+    source.detach_volume(b.name(), vid)
+    destination.detach_volume(a.name(), vid)
+    assert source.host.connected() == [] == destination.host.connected()

@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+from virtdriver.cli_migrate import add_migration_commands
 from virtdriver.cli_ops import add_operator_commands as _add_operator_commands
 from virtdriver.cli_io import UsageError, emit, fail, finish_output, load_connection_info
 from virtdriver.cli_io import output_closed, prepare_output
@@ -286,7 +287,7 @@ def _add_hypervisor_commands(sub: Any) -> None:
 
 
 COMMANDS: list[Callable[[Any], None]] = [_add_render, _add_hypervisor_commands,
-                                          _add_operator_commands]
+                                          _add_operator_commands, add_migration_commands]
 
 
 def build_parser() -> argparse.ArgumentParser:

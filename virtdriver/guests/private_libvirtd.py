@@ -1,4 +1,4 @@
-"""A libvirtd of the tests' own, which a test may kill and restart, or break on purpose.
+"""A libvirtd of one's own (for tests and benchmarks), to kill, restart or break on purpose.
 
 The host's libvirtd is shared with everything else on the machine (other test runs included), so
 the tests never kill or reconfigure it. Instead this starts a second, ordinary system-mode

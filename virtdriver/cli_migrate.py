@@ -1,0 +1,105 @@
+"""Live migration commands of the ``virtdriver`` CLI (thin over the driver's migration steps).
+
+``migrate`` does all of it from one host operator's shell; the three steps are there for a
+compute service (or an operator cleaning up) that drives libvirt's migration itself:
+``migrate-prepare`` and ``migrate-abort`` run against the destination (``-c DEST_URI``),
+``migrate-finish`` against the source.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from virtdriver.cli import _driver
+    from virtdriver.cli_io import load_connection_info
+    from virtdriver.driver import LibvirtVolumeDriver
+
+    infos = [load_connection_info(path) for path in args.volume]
+    source = _driver(args)
+    destination = LibvirtVolumeDriver(args.to, options=_dest_options(source, args))
+    kept = source.migrate(args.domain, destination, infos, uri=args.migration_uri)
+    print(f"Guest {args.domain} migrated to {args.to}")
+    for vid in kept:
+        print(f"Volume {vid} stays connected on this host: other guests here still use it")
+    return 0
+
+
+def _dest_options(source: Any, args: argparse.Namespace) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(source.options, state_dir=args.dest_state_dir,
+                               mount_base=args.dest_mount_base)
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from virtdriver.cli import _driver
+    from virtdriver.cli_io import load_connection_info
+
+    info = load_connection_info(args.connection_info)
+    _driver(args).prepare_incoming(info, args.domain, args.attach_mode)
+    print(f"Volume connected on this host for {args.domain}, arriving by live migration")
+    return 0
+
+
+def _finish(args: argparse.Namespace) -> int:
+    from virtdriver.cli import _driver
+
+    users = _driver(args).finish_outgoing(args.domain, args.volume_id)
+    if users:
+        print(f"Volume {args.volume_id} stays connected: still used by {', '.join(users)}")
+    else:
+        print(f"No guest on this host uses volume {args.volume_id} any more; its host "
+              "connection (if it had one) is released")
+    return 0
+
+
+def _abort(args: argparse.Namespace) -> int:
+    from virtdriver.cli import _driver
+
+    if _driver(args).abort_incoming(args.domain, args.volume_id):
+        print(f"Preparation of volume {args.volume_id} for {args.domain} undone")
+    else:
+        print(f"Volume {args.volume_id} was not prepared for {args.domain}: nothing to undo")
+    return 0
+
+
+def add_migration_commands(sub: Any) -> None:
+    from virtdriver.cli import add_attach_mode, add_host_options
+
+    p = sub.add_parser(
+        "migrate", help="live-migrate a guest and its volumes to another host",
+        description="Live-migrate DOMAIN from this host (-c) to --to, preparing its volumes "
+                    "there first and releasing them here only when no other guest here uses "
+                    "them. A failure leaves both hosts as they were.")
+    p.add_argument("domain", metavar="DOMAIN", help="guest name or UUID")
+    p.add_argument("--to", required=True, metavar="URI", help="the destination's libvirt URI")
+    p.add_argument("--volume", action="append", default=[], metavar="CONNECTION_INFO",
+                   help="connection_info JSON of one of the guest's volumes for the destination "
+                        "(file or -), once per volume")
+    p.add_argument("--dest-state-dir", required=True, metavar="DIR",
+                   help="the destination's state directory (its locks and records)")
+    p.add_argument("--dest-mount-base", metavar="DIR", help="the destination's mount base")
+    p.add_argument("--migration-uri", metavar="URI",
+                   help="where QEMU sends the migration stream (e.g. tcp://10.0.0.2:49152)")
+    add_host_options(p)
+    p.set_defaults(func=_migrate)
+
+    p = sub.add_parser("migrate-prepare", help="on the destination: connect a volume for a "
+                                               "guest about to arrive")
+    p.add_argument("connection_info", metavar="CONNECTION_INFO", help="JSON file, or -")
+    p.add_argument("domain", metavar="DOMAIN", help="the arriving guest's UUID (or name)")
+    add_attach_mode(p)
+    add_host_options(p)
+    p.set_defaults(func=_prepare)
+
+    for name, func, where in (("migrate-finish", _finish, "on the source, after the guest "
+                               "left: release a volume unless another guest here uses it"),
+                              ("migrate-abort", _abort, "on the destination, after a failed "
+                               "migration: undo migrate-prepare")):
+        p = sub.add_parser(name, help=where)
+        p.add_argument("domain", metavar="DOMAIN", help="the guest's UUID (or name)")
+        p.add_argument("volume_id", metavar="VOLUME_ID")
+        p.set_defaults(func=func)
