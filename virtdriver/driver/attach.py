@@ -75,6 +75,7 @@ def attach(host: Host, connection_info: Mapping[str, Any], instances: Sequence[s
         for target in targets:
             refuse_attach(request.vid, data, request.multiattach, target.uuid, target.name, uses)
         used_before = users_of(request.vid, data, uses)
+        host.check_record(request.vid)
         attaching = False  # the connect's own typed errors (HostConnectFailed, ...) pass unchanged
         try:
             host.connect(request)

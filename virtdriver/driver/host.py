@@ -97,6 +97,11 @@ class Host:
         for secret in request.driver.host_secrets(request.data, options):
             self.records.add_secret(self.connection.get(), request.vid, secret)
 
+    def check_record(self, vid: str) -> None:
+        """Stop with :class:`~virtdriver.errors.StateError` before anything changes when the
+        volume's record is damaged (it could not say how to undo what the call would set up)."""
+        self.records.load(vid)
+
     def release(self, vid: str, properties: dict[str, Any] | None = None) -> bool:
         """Release the volume's host side (the caller checked that nobody uses it)."""
         return self.records.release(vid, self.connection.get(), self._mount_in_use, properties)

@@ -63,6 +63,7 @@ def prepare_incoming(host: Host, connection_info: Mapping[str, Any], instance: s
         data = known if known is not None and known[0] != "key" else None
         refuse_attach(request.vid, data, request.multiattach, instance, instance, uses)
         used_before = users_of(request.vid, data, uses)
+        host.check_record(request.vid)
         try:
             host.connect(request)
             disk = build_disk(request.info, attach_mode=mode, alias=alias_for(request.vid, set()),
