@@ -185,3 +185,21 @@ def test_a_corrupted_state_dir_is_one_line_and_a_non_zero_exit(tmp_path) -> None
     assert done.returncode != 0 and done.stdout == ""
     assert len(done.stderr.splitlines()) == 1, done.stderr
     assert "Traceback" not in done.stderr and state.read_text().startswith("a file")
+
+
+@pytest.mark.parametrize("bus", ["ide", "sata"])
+def test_a_bus_that_cannot_be_hot_plugged_is_refused_before_the_host_is_touched(
+        bus: str, guests, volume_driver, loop_device) -> None:
+    running = guests.start("hot")
+    stopped = guests.start("cold")
+    stopped.destroy()  # shut off, still defined: its definition may take any bus
+    info = local_volume(loop_device.device, multiattach=True)
+    before = running.XMLDesc(0), running.XMLDesc(2)
+    with pytest.raises(InvalidRenderOption, match="cannot be hot-plugged"):
+        volume_driver.attach_volume(info, running.name(), bus=bus)
+    assert (running.XMLDesc(0), running.XMLDesc(2)) == before
+    assert volume_driver.host.connected() == []
+    attached = volume_driver.attach_volume(info, stopped.name(), bus=bus)
+    assert (attached.bus, attached.live) == (bus, False)
+    volume_driver.detach_volume(stopped.name(), info["serial"])
+    assert volume_driver.host.connected() == []

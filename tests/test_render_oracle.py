@@ -20,7 +20,7 @@ import os
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from virtdriver import build_disk
@@ -259,6 +259,10 @@ def test_every_rendered_disk_hot_plugs(bus: str, guests, system_conn, tmp_path) 
     @settings(max_examples=max(12, EXAMPLES // 20), deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     @given(data=hotplug_case())
+    # Three that must plug, whatever the random sample draws (it may draw mostly refusals).
+    @example(data={})
+    @example(data={"logical_block_size": 512, "physical_block_size": 4096})
+    @example(data={"qos_specs": {"total_iops_sec": 100, "total_bytes_sec": 1 << 20}})
     def check(data: dict[str, Any]) -> None:
         info = {"driver_volume_type": "gpfs", "serial": f"hp-{next(counter)}",
                 "data": dict(data, device_path=str(image))}

@@ -27,6 +27,7 @@ from virtdriver.hypervisor.locks import guest_generation, guest_lock
 from virtdriver.hypervisor.mounts import check_guest_sees
 from virtdriver.hypervisor.targets import bus_for, pick_target
 from virtdriver.hypervisor.usage import DiskUse, DomainXml, ListedDomain, list_domains, read_domains
+from virtdriver.policy import check_hotplug_bus
 from virtdriver.policy.identity import alias_for
 from virtdriver.policy.sharing import Use, refuse_attach, refuse_fan_out, users_of
 from virtdriver.render import build_disk
@@ -72,7 +73,9 @@ def attach(host: Host, connection_info: Mapping[str, Any], instances: Sequence[s
         targets, uses = _read_host(host, instances)
         known = request.data_before_connect()
         data = known if known is not None and known[0] != "key" else None
-        for target in targets:
+        for target, placement in zip(targets, placements):
+            if target.domain.listed.active:  # what libvirt cannot hot-plug, before any connect
+                check_hotplug_bus(placement.bus, "bus")
             refuse_attach(request.vid, data, request.multiattach, target.uuid, target.name, uses)
         used_before = users_of(request.vid, data, uses)
         host.check_record(request.vid)

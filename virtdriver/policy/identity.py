@@ -21,8 +21,12 @@ from virtdriver.errors import InvalidConnectionInfo, InvalidRequest, show
 
 ALIAS_PREFIX: Final = "ua-"
 MAX_VOLUME_ID: Final = 255  # characters; Cinder's ids are 36
+# A UUID as libvirt's schema (basictypes.rng, "UUID") accepts it: the 8-4-4-4-12 form or 32 hex
+# digits without dashes. libvirt's own parser is laxer (dashes and spaces between any pairs), but
+# XML that the schema rejects is never rendered.
 UUID_PATTERN: Final = re.compile(
-    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+    r"|[0-9a-fA-F]{32}")
 
 _PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-")
 _ALIAS = re.compile(r"ua-((?:[A-Za-z0-9-]|_[0-9a-f]{2})+)(?:_x([2-9]|[1-9][0-9]+))?")
