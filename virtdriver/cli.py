@@ -9,14 +9,14 @@ traceback.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import sys
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+from virtdriver.cli_host import DEFAULT_TARGET, add_attach_mode, add_host_options
+from virtdriver.cli_host import add_hypervisor_commands, unit_number
 from virtdriver.cli_migrate import add_migration_commands
 from virtdriver.cli_ops import add_operator_commands as _add_operator_commands
 from virtdriver.cli_io import UsageError, emit, fail, finish_output, load_connection_info
@@ -26,7 +26,6 @@ from virtdriver.errors import VirtDriverError
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
-DEFAULT_TARGET = {"virtio": "vdb", "scsi": "sdb", "sata": "sdb", "usb": "sdb", "ide": "hdb"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -73,220 +72,16 @@ def _add_render(sub: Any) -> None:
                    help="guest bus (default: virtio)")
     p.add_argument("--device", default="disk", choices=("disk", "lun"),
                    help="disk, or lun for SCSI pass-through (default: disk)")
-    p.add_argument("--scsi-unit", type=_unit, metavar="N", help="SCSI unit (drive address)")
+    p.add_argument("--scsi-unit", type=unit_number, metavar="N",
+                   help="SCSI unit (drive address)")
     p.add_argument("--luks-secret-uuid", metavar="UUID",
                    help="libvirt secret holding the LUKS passphrase")
     add_host_options(p)
     p.set_defaults(func=_render)
 
 
-def add_attach_mode(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--attach-mode", default="rw", metavar="ro|rw",
-                   help="attach read-only (ro) or read-write (rw, the default)")
 
-
-def add_host_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--mount-base", metavar="DIR", help="where shares are mounted (nfs, ...)")
-    p.add_argument("--label-policy", default="auto", choices=("auto", "explicit", "none"),
-                   help="per-disk security labels (default: auto, left to libvirt)")
-    p.add_argument("--shared-image-label", metavar="CONTEXT",
-                   help="SELinux context for shared disks with --label-policy explicit")
-    p.add_argument("--native-iscsi", action="store_true",
-                   help="let QEMU's own iSCSI initiator open iscsi volumes")
-    p.add_argument("--native-glusterfs", action="store_true",
-                   help="let QEMU's own gluster client open glusterfs volumes")
-
-
-def _unit(text: str) -> int:
-    if not (text.isdigit() and text.isascii() and len(text) <= 9):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a unit number")
-    return int(text)
-
-
-# ---- commands that talk to libvirt -------------------------------------------------------------
-
-
-def _driver(args: argparse.Namespace) -> Any:
-    from virtdriver.driver import LibvirtVolumeDriver
-
-    return LibvirtVolumeDriver(args.connect, state_dir=args.state_dir,
-                               mount_base=getattr(args, "mount_base", None),
-                               label_policy=getattr(args, "label_policy", "auto"),
-                               shared_image_label=getattr(args, "shared_image_label", None),
-                               native_iscsi=getattr(args, "native_iscsi", False),
-                               native_glusterfs=getattr(args, "native_glusterfs", False))
-
-
-def _print_table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> None:
-    widths = [max([len(title)] + [len(str(r.get(key, ""))) for r in rows])
-              for key, title in columns]
-    print("  ".join(title.ljust(w) for (_, title), w in zip(columns, widths)).rstrip())
-    print("  ".join("-" * w for w in widths))
-    for row in rows:
-        print("  ".join(str(row.get(key, "")).ljust(w)
-                        for (key, _), w in zip(columns, widths)).rstrip())
-
-
-ATTACHMENT_COLUMNS = [("device", "Device"), ("volumeId", "Volume"), ("attach_mode", "Mode"),
-                      ("shareable", "Shareable"), ("cache", "Cache"), ("source", "Source")]
-
-
-def _attach(args: argparse.Namespace) -> int:
-    info = load_connection_info(args.connection_info)
-    if args.multiattach and isinstance(info, dict):
-        info["multiattach"] = True
-    att = _driver(args).attach_volume(info, args.domain, attach_mode=args.attach_mode,
-                                      target_dev=args.target_dev, bus=args.bus,
-                                      device=args.device,
-                                      luks_secret_uuid=args.luks_secret_uuid)
-    print(f"Volume {att.volumeId} attached to {att.server_name} as {att.device} "
-          f"({att.attach_mode}{', shareable' if att.shareable else ''})")
-    return 0
-
-
-class Progress:
-    """A progress bar on a terminal, one plain line per step otherwise (both on stderr)."""
-
-    def __init__(self, total: int, stream: Any = None) -> None:
-        self.total, self.done = total, 0
-        self.stream = stream or sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-
-    def step(self, name: str, outcome: object) -> None:
-        self.done += 1
-        ok = not isinstance(outcome, Exception)
-        if self.tty:
-            width = 30
-            filled = width * self.done // self.total
-            self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] "
-                              f"{self.done}/{self.total} {name[:40]:<40}")
-            if self.done == self.total:
-                self.stream.write("\n")
-        else:
-            self.stream.write(f"{self.done}/{self.total} {name}: "
-                              f"{'attached' if ok else 'failed'}\n")
-        self.stream.flush()
-
-
-def _attach_many(args: argparse.Namespace) -> int:
-    info = load_connection_info(args.connection_info)
-    if args.multiattach and isinstance(info, dict):
-        info["multiattach"] = True
-    progress = Progress(len(args.domains))
-    attachments = _driver(args).attach_volume_to_many(info, args.domains,
-                                                      attach_mode=args.attach_mode,
-                                                      progress=progress.step)
-    _print_table([dict(a.to_api(), guest=a.server_name) for a in attachments],
-                 [("guest", "Guest")] + ATTACHMENT_COLUMNS[:5])
-    print(f"{len(attachments)} guests attached, host side connected once")
-    return 0
-
-
-def _detach(args: argparse.Namespace) -> int:
-    _driver(args).detach_volume(args.domain, args.volume_id, timeout=args.timeout)
-    print(f"Volume {args.volume_id} detached from {args.domain}")
-    return 0
-
-
-def _release(args: argparse.Namespace) -> int:
-    if _driver(args).release_volume(args.volume_id):
-        print(f"Host connection of volume {args.volume_id} released")
-    else:
-        print(f"Volume {args.volume_id} has no recorded host connection: nothing to release")
-    return 0
-
-
-def _list(args: argparse.Namespace) -> int:
-    attachments = [a.to_api() for a in _driver(args).list_attachments(args.domain)]
-    if args.json:
-        print(json.dumps({"volumeAttachments": attachments}, indent=2))
-    else:
-        _print_table(attachments, ATTACHMENT_COLUMNS)
-    return 0
-
-
-def _capabilities(args: argparse.Namespace) -> int:
-    caps = _driver(args).capabilities()
-    if args.json:
-        print(json.dumps(caps, indent=2))
-    else:
-        for key, value in caps.items():
-            print(f"{key + ':':<24}{value}")
-    return 0
-
-
-def _add_hypervisor_commands(sub: Any) -> None:
-    raw = argparse.RawDescriptionHelpFormatter
-    p = sub.add_parser(
-        "attach", help="attach a volume to a guest", formatter_class=raw,
-        description="Connect the host side, render the disk and attach it to the running guest "
-                    "and its persistent definition. Anything done is undone on failure.",
-        epilog="examples:\n"
-               "  virtdriver attach guest-a volume.json\n"
-               "  virtdriver attach guest-b volume.json --attach-mode ro --multiattach")
-    p.add_argument("domain", metavar="DOMAIN", help="guest name or UUID")
-    p.add_argument("connection_info", metavar="CONNECTION_INFO",
-                   help="connection_info as a JSON file, or - for stdin")
-    add_attach_mode(p)
-    p.add_argument("--multiattach", action="store_true", help="the volume is multiattach")
-    p.add_argument("--target-dev", metavar="DEV", help="guest device (default: first free)")
-    p.add_argument("--bus", choices=sorted(DEFAULT_TARGET),
-                   help="guest bus (default: scsi when the guest has a SCSI controller)")
-    p.add_argument("--device", default="disk", choices=("disk", "lun"))
-    p.add_argument("--luks-secret-uuid", metavar="UUID")
-    add_host_options(p)
-    p.set_defaults(func=_attach)
-
-    p = sub.add_parser(
-        "attach-many", help="attach one multiattach volume to many guests", formatter_class=raw,
-        description="Connect the host side once and attach a multiattach volume to every guest "
-                    "in parallel. All or nothing: if one guest fails, every attachment made is "
-                    "undone and the failing guest is named.",
-        epilog="example:\n  virtdriver attach-many volume.json web-1 web-2 web-3 --attach-mode ro")
-    p.add_argument("connection_info", metavar="CONNECTION_INFO",
-                   help="connection_info as a JSON file, or - for stdin")
-    p.add_argument("domains", metavar="DOMAIN", nargs="+", help="guest names or UUIDs")
-    add_attach_mode(p)
-    p.add_argument("--multiattach", action="store_true", help="the volume is multiattach")
-    add_host_options(p)
-    p.set_defaults(func=_attach_many)
-
-    p = sub.add_parser(
-        "detach", help="detach a volume from a guest", formatter_class=raw,
-        description="Detach one attachment, wait for libvirt to confirm the removal, and "
-                    "disconnect the host side when no other guest on this host uses it.",
-        epilog="example:\n  virtdriver detach guest-a 4f1c2b7e-9d1a-4c55-8e0b-2f3a4b5c6d7e")
-    p.add_argument("domain", metavar="DOMAIN", help="guest name or UUID")
-    p.add_argument("volume_id", metavar="VOLUME_ID")
-    p.add_argument("--timeout", type=float, metavar="S", help="seconds to wait (default 30)")
-    p.set_defaults(func=_detach)
-
-    p = sub.add_parser(
-        "release", help="release a leaked host connection", formatter_class=raw,
-        description="Release the host side recorded for a volume (os-brick connection, libvirt "
-                    "secrets, share mount) when no guest on this host uses the volume any more, "
-                    "e.g. after a guest disappeared behind virtdriver's back ('virtdriver audit' "
-                    "reports such a leak). Refused while any guest uses the volume.",
-        epilog="example:\n  virtdriver release 4f1c2b7e-9d1a-4c55-8e0b-2f3a4b5c6d7e")
-    p.add_argument("volume_id", metavar="VOLUME_ID")
-    p.set_defaults(func=_release)
-
-    p = sub.add_parser("list", help="list a guest's volume attachments", formatter_class=raw,
-                       description="List the volumes attached to a guest.",
-                       epilog="examples:\n  virtdriver list guest-a\n"
-                              "  virtdriver list guest-a --json")
-    p.add_argument("domain", metavar="DOMAIN", help="guest name or UUID")
-    p.add_argument("--json", action="store_true", help="os-volume_attachments JSON")
-    p.set_defaults(func=_list)
-
-    p = sub.add_parser("capabilities", help="what this host supports",
-                       description="Report multiattach and read-only attach support, read from "
-                                   "the running libvirt and QEMU.")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_capabilities)
-
-
-COMMANDS: list[Callable[[Any], None]] = [_add_render, _add_hypervisor_commands,
+COMMANDS: list[Callable[[Any], None]] = [_add_render, add_hypervisor_commands,
                                           _add_operator_commands, add_migration_commands]
 
 

@@ -13,12 +13,12 @@ from typing import Any
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    from virtdriver.cli import _driver
+    from virtdriver.cli_host import driver_for
     from virtdriver.cli_io import load_connection_info
     from virtdriver.driver import LibvirtVolumeDriver
 
     infos = [load_connection_info(path) for path in args.volume]
-    source = _driver(args)
+    source = driver_for(args)
     destination = LibvirtVolumeDriver(args.to, options=_dest_options(source, args))
     kept = source.migrate(args.domain, destination, infos, uri=args.migration_uri)
     print(f"Guest {args.domain} migrated to {args.to}")
@@ -35,19 +35,19 @@ def _dest_options(source: Any, args: argparse.Namespace) -> Any:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from virtdriver.cli import _driver
+    from virtdriver.cli_host import driver_for
     from virtdriver.cli_io import load_connection_info
 
     info = load_connection_info(args.connection_info)
-    _driver(args).prepare_incoming(info, args.domain, args.attach_mode)
+    driver_for(args).prepare_incoming(info, args.domain, args.attach_mode)
     print(f"Volume connected on this host for {args.domain}, arriving by live migration")
     return 0
 
 
 def _finish(args: argparse.Namespace) -> int:
-    from virtdriver.cli import _driver
+    from virtdriver.cli_host import driver_for
 
-    users = _driver(args).finish_outgoing(args.domain, args.volume_id)
+    users = driver_for(args).finish_outgoing(args.domain, args.volume_id)
     if users:
         print(f"Volume {args.volume_id} stays connected: still used by {', '.join(users)}")
     else:
@@ -57,9 +57,9 @@ def _finish(args: argparse.Namespace) -> int:
 
 
 def _abort(args: argparse.Namespace) -> int:
-    from virtdriver.cli import _driver
+    from virtdriver.cli_host import driver_for
 
-    if _driver(args).abort_incoming(args.domain, args.volume_id):
+    if driver_for(args).abort_incoming(args.domain, args.volume_id):
         print(f"Preparation of volume {args.volume_id} for {args.domain} undone")
     else:
         print(f"Volume {args.volume_id} was not prepared for {args.domain}: nothing to undo")
@@ -67,7 +67,7 @@ def _abort(args: argparse.Namespace) -> int:
 
 
 def add_migration_commands(sub: Any) -> None:
-    from virtdriver.cli import add_attach_mode, add_host_options
+    from virtdriver.cli_host import add_attach_mode, add_host_options
 
     p = sub.add_parser(
         "migrate", help="live-migrate a guest and its volumes to another host",
