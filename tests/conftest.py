@@ -8,6 +8,11 @@ from pathlib import Path
 import pytest
 
 from tests.support import EMBED_CHILD
+from tests.support.backends import (  # noqa: F401 - fixtures, found by name
+    backends,
+    ceph_secret,
+    private_mount_base,
+)
 from tests.support.fixtures import (  # noqa: F401 - fixtures, found by name
     events,
     guests,

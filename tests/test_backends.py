@@ -10,47 +10,21 @@ from __future__ import annotations
 
 import os
 import secrets
-import shlex
-import shutil
 import subprocess
-import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.support.backends import need
 from virtdriver import LibvirtVolumeDriver
 from virtdriver.errors import HostConnectFailed
 from virtdriver.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
-from virtdriver.hypervisor import mounts
 
 pytestmark = pytest.mark.hypervisor
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "scripts" / "test-backends.sh"
-
-
-@pytest.fixture(scope="session")
-def backends() -> dict[str, str]:
-    """The environment scripts/test-backends.sh describes (scripts/test.sh starts them)."""
-    done = subprocess.run([str(SCRIPT), "env"], capture_output=True, text=True, check=False)
-    env: dict[str, str] = {}
-    for line in done.stdout.splitlines():
-        if line.startswith("export ") and "=" in line:
-            key, _, value = line[len("export "):].partition("=")
-            env[key] = shlex.split(value)[0] if value else ""
-    return env
-
-
-def need(backends: dict[str, str], name: str) -> None:
-    if backends.get(f"VD_{name.upper()}_UP") == "1":
-        return
-    reason = f"{name} test backend is not running (scripts/test-backends.sh up {name})"
-    if os.environ.get("CI"):
-        pytest.fail(reason)
-    pytest.skip(reason)
 
 
 @dataclass
@@ -148,21 +122,6 @@ def test_native_iscsi_wrong_password_is_refused_and_cleaned(guests, backends, tm
                    for s in system_conn.listAllSecrets(0))
 
 
-@pytest.fixture
-def ceph_secret(backends, system_conn) -> Iterator[str]:
-    """The libvirt ceph secret a compute service defines for its cephx user."""
-    need(backends, "ceph")
-    uid = str(uuid.uuid4())
-    secret = system_conn.secretDefineXML(
-        f"<secret ephemeral='no' private='yes'><uuid>{uid}</uuid><usage type='ceph'>"
-        f"<name>virtdriver-test-{uid}</name></usage></secret>", 0)
-    import base64
-
-    secret.setValue(base64.b64decode(backends["VD_CEPH_CLIENT_KEY"]), 0)
-    yield uid
-    secret.undefine()
-
-
 def test_rbd(guests, backends, tmp_path, ceph_secret) -> None:
     driver = LibvirtVolumeDriver("qemu:///system", state_dir=tmp_path / "state")
     vid = str(uuid.uuid4())
@@ -223,25 +182,6 @@ def test_glusterfs_through_os_brick(guests, backends, tmp_path) -> None:
     multiattach_story(guests, driver, info,
                       Released(lambda: not os.path.ismount(mount), f"the mount {mount}"),
                       still_connected=lambda: os.path.ismount(mount))
-
-
-@pytest.fixture
-def private_mount_base() -> Iterator[str]:
-    """A mount base nobody prepared: a plain directory (on this host's private ``/``, which is
-    what these tests are about; where ``/`` is shared, the driver has nothing to do).
-
-    Not below pytest's ``tmp_path``: other pytest sessions on the host clean up old numbered
-    directories by renaming them, which would hide the driver's bind mount from the teardown.
-    """
-    base = tempfile.mkdtemp(prefix="virtdriver-test-mnt-", dir="/var/tmp")
-    try:
-        yield base
-    finally:  # whatever a failed test left mounted (deepest first), then the bind mount itself
-        while below := sorted((e.mount_point for e in mounts.read_mountinfo()
-                               if e.mount_point == base or e.mount_point.startswith(base + "/")),
-                              key=len):
-            subprocess.run(["umount", below[-1]], check=True)
-        shutil.rmtree(base)  # only once nothing is mounted below it: never a share's files
 
 
 # ---- kernel-bound connectors: this kernel has no iSCSI/NVMe-oF/NFS, so they fail for real -------

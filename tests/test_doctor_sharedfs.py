@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_backends import private_mount_base  # noqa: F401 - fixture
 from virtdriver import LibvirtVolumeDriver
 from virtdriver.hypervisor import mounts
 from virtdriver.volume import known_types

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_backends import backends, ceph_secret, need, private_mount_base  # noqa: F401
+from tests.support.backends import need
 from virtdriver import LibvirtVolumeDriver
 from virtdriver.errors import AttachFailed, ExtendRefused
 from virtdriver.hypervisor import mounts

@@ -1,0 +1,73 @@
+"""The storage test backends (scripts/test-backends.sh: tgt, qemu-nbd, Ceph, Gluster on
+127.0.0.1) as pytest fixtures, and a mount base nobody prepared, for the tests that need them."""
+
+from __future__ import annotations
+
+import base64
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from virtdriver.hypervisor import mounts
+
+SCRIPT = Path(__file__).resolve().parent.parent.parent / "scripts" / "test-backends.sh"
+
+
+@pytest.fixture(scope="session")
+def backends() -> dict[str, str]:
+    """The environment scripts/test-backends.sh describes (scripts/test.sh starts them)."""
+    done = subprocess.run([str(SCRIPT), "env"], capture_output=True, text=True, check=False)
+    env: dict[str, str] = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("export ") and "=" in line:
+            key, _, value = line[len("export "):].partition("=")
+            env[key] = shlex.split(value)[0] if value else ""
+    return env
+
+
+def need(backends: dict[str, str], name: str) -> None:
+    if backends.get(f"VD_{name.upper()}_UP") == "1":
+        return
+    reason = f"{name} test backend is not running (scripts/test-backends.sh up {name})"
+    if os.environ.get("CI"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def ceph_secret(backends, system_conn) -> Iterator[str]:
+    """The libvirt ceph secret a compute service defines for its cephx user."""
+    need(backends, "ceph")
+    uid = str(uuid.uuid4())
+    secret = system_conn.secretDefineXML(
+        f"<secret ephemeral='no' private='yes'><uuid>{uid}</uuid><usage type='ceph'>"
+        f"<name>virtdriver-test-{uid}</name></usage></secret>", 0)
+    secret.setValue(base64.b64decode(backends["VD_CEPH_CLIENT_KEY"]), 0)
+    yield uid
+    secret.undefine()
+
+
+@pytest.fixture
+def private_mount_base() -> Iterator[str]:
+    """A mount base nobody prepared: a plain directory (on this host's private ``/``, which is
+    what these tests are about; where ``/`` is shared, the driver has nothing to do).
+
+    Not below pytest's ``tmp_path``: other pytest sessions on the host clean up old numbered
+    directories by renaming them, which would hide the driver's bind mount from the teardown.
+    """
+    base = tempfile.mkdtemp(prefix="virtdriver-test-mnt-", dir="/var/tmp")
+    try:
+        yield base
+    finally:  # whatever a failed test left mounted (deepest first), then the bind mount itself
+        while below := sorted((e.mount_point for e in mounts.read_mountinfo()
+                               if e.mount_point == base or e.mount_point.startswith(base + "/")),
+                              key=len):
+            subprocess.run(["umount", below[-1]], check=True)
+        shutil.rmtree(base)  # only once nothing is mounted below it: never a share's files
