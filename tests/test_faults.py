@@ -606,3 +606,29 @@ def _qemu_pid(daemon: Any, name: str) -> int:
     pid = int((daemon.base / "run" / "qemu" / f"{name}.pid").read_text().strip())
     os.kill(pid, 0)  # alive
     return pid
+
+
+def test_no_secret_reaches_the_logs_even_at_debug(guests, volume_driver, caplog) -> None:
+    """os-brick's own logging (routed through virtdriver.backend) and ours, at DEBUG, during a
+    CHAP attach that fails for real: the password appears in no record."""
+    import logging
+
+    from virtdriver.errors import VirtDriverError
+
+    a = guests.start("a")
+    info = kernel_iscsi_volume()
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(VirtDriverError):
+        volume_driver.attach_volume(info, a.name())
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert any(r.name.startswith("virtdriver.backend") for r in caplog.records), "no os-brick log"
+    assert "pw-SECRET-1" not in text
+
+
+def test_text_from_outside_is_masked() -> None:
+    from virtdriver.secrets import mask
+
+    for leaked in ("iscsiadm -m node -o update -n node.session.auth.password -v pw-SECRET-1",
+                   '{"auth_password": "pw-SECRET-1"}', "password=pw-SECRET-1 user=u",
+                   "'secret': 'pw-SECRET-1'", "<auth_password>pw-SECRET-1</auth_password>"):
+        assert "pw-SECRET-1" not in mask(leaked), leaked

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from virtdriver.errors import HostConnectFailed
+from virtdriver.secrets import mask
 
 LOG = logging.getLogger(__name__)
 ROOT_HELPER = "sudo"  # never used: privileged calls stay in-process
@@ -44,6 +45,7 @@ class _Forward(logging.Handler):
             text = record.getMessage()
         except Exception:  # noqa: BLE001 - a malformed foreign record must not break an attach
             text = str(record.msg)
+        text = mask(text)
         target.handle(logging.makeLogRecord({
             "name": target.name, "levelno": logging.DEBUG, "levelname": "DEBUG",
             "msg": "[%s] %s", "args": (record.levelname, text), "pathname": record.pathname,
@@ -185,4 +187,4 @@ def extend(protocol: str, properties: dict[str, Any], lock_dir: Path,
 def _describe(exc: Exception) -> str:
     """os-brick's message without anything that might carry a secret (it echoes commands)."""
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return f"{type(exc).__name__}: {text}"[:300]
+    return mask(f"{type(exc).__name__}: {text}")[:300]
