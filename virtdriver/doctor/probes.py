@@ -82,7 +82,9 @@ def kvm_check(conn: Any, facts: dict[str, Any]) -> Check:
     """``/dev/kvm`` opens, and libvirt's domain capabilities offer ``type='kvm'``."""
     import libvirt
 
-    device = _openable(KVM_DEVICE)
+    from virtdriver.guests.domain import kvm_available
+
+    device = kvm_available()
     try:
         domcaps = conn.getDomainCapabilities(None, None, None, "kvm", 0)
         offered = "<domain>kvm</domain>" in domcaps
@@ -96,15 +98,6 @@ def kvm_check(conn: Any, facts: dict[str, Any]) -> Check:
         [] if offered else ["libvirt does not offer type 'kvm'"])
     return Check("hypervisor", "kvm", "warn",
                  f"{'; '.join(missing)}: guests run under TCG emulation (hot-plug still works)")
-
-
-def _openable(path: Path) -> bool:
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return False
-    os.close(fd)
-    return True
 
 
 # ---- labels -------------------------------------------------------------------------------------
