@@ -18,10 +18,11 @@ from typing import Any
 import libvirt
 import pytest
 
+from tests.support.fixtures import made_guests, opened
 from tests.support.volumes import local_volume
 from virtdriver import LibvirtVolumeDriver
 from virtdriver.errors import MigrationFailed, MigrationRefused, VolumeInUse
-from virtdriver.guests import Guests, open_connection, read_pattern, write_pattern
+from virtdriver.guests import Guests, read_pattern, write_pattern
 
 pytestmark = pytest.mark.hypervisor
 
@@ -39,13 +40,8 @@ def destination_daemon() -> Iterator[Any]:
 
 @pytest.fixture
 def dest_guests(destination_daemon) -> Iterator[Guests]:
-    conn = open_connection(destination_daemon.uri)
-    made = Guests(conn)
-    try:
-        yield made
-    finally:
-        made.close()
-        conn.close()
+    for conn in opened(destination_daemon.uri):
+        yield from made_guests(conn)
 
 
 @pytest.fixture
@@ -63,6 +59,15 @@ def migration_uri() -> str:
         return f"tcp://127.0.0.1:{probe.getsockname()[1]}"
 
 
+def shared_volume(guests: Guests, source: Any, device: str) -> tuple[Any, Any, dict, str]:
+    """Guests A and B on the source, one multiattach volume read-write to A, read-only to B."""
+    a, b = guests.start("a"), guests.start("b")
+    info = local_volume(device, multiattach=True)
+    source.attach_volume(info, a.name())
+    source.attach_volume(info, b.name(), attach_mode="ro")
+    return a, b, info, info["data"]["volume_id"]
+
+
 def arriving_notes(driver: Any) -> list[dict[str, Any]]:
     return [a for vid in driver.host.connected() for a in driver.host.load(vid).arriving]
 
@@ -70,11 +75,8 @@ def arriving_notes(driver: Any) -> list[dict[str, Any]]:
 def test_a_guest_moves_and_its_neighbour_keeps_the_volume(guests, dest_guests, drivers,
                                                           loop_device) -> None:
     source, destination = drivers
-    a, b = guests.start("a"), guests.start("b")
-    info = local_volume(loop_device.device, multiattach=True)
-    vid = info["data"]["volume_id"]
-    before = source.attach_volume(info, a.name())
-    source.attach_volume(info, b.name(), attach_mode="ro")
+    a, b, info, vid = shared_volume(guests, source, loop_device.device)
+    [before] = source.list_attachments(a.name())
     dest_guests.adopt(a.name())  # removed with the destination's guests once it arrived
 
     kept = source.migrate(a.name(), destination, [info], uri=migration_uri())
@@ -107,11 +109,7 @@ def test_a_guest_moves_and_its_neighbour_keeps_the_volume(guests, dest_guests, d
 def test_a_refused_migration_leaves_both_hosts_as_they_were(guests, dest_guests, drivers,
                                                             loop_device) -> None:
     source, destination = drivers
-    a, b = guests.start("a"), guests.start("b")
-    info = local_volume(loop_device.device, multiattach=True)
-    vid = info["data"]["volume_id"]
-    source.attach_volume(info, a.name())
-    source.attach_volume(info, b.name(), attach_mode="ro")
+    a, b, info, vid = shared_volume(guests, source, loop_device.device)
     # Another guest of the same name already runs on the destination: libvirt refuses there.
     dest_guests.start_named(a.name())
     xml_before = a.XMLDesc(0)
@@ -172,11 +170,7 @@ def test_the_cli_migrates_like_the_api(guests, dest_guests, drivers, loop_device
     import sys
 
     source, destination = drivers
-    a, b = guests.start("a"), guests.start("b")
-    info = local_volume(loop_device.device, multiattach=True)
-    vid = info["data"]["volume_id"]
-    source.attach_volume(info, a.name())
-    source.attach_volume(info, b.name(), attach_mode="ro")
+    a, b, info, vid = shared_volume(guests, source, loop_device.device)
     dest_guests.adopt(a.name())
     volume = tmp_path / "volume.json"
     volume.write_text(json.dumps(info))
