@@ -150,6 +150,10 @@ def test_an_arriving_guest_uses_the_volume_on_the_destination_until_aborted(
 
     destination.prepare_incoming(info, arriving, "rw")
     assert destination.host.connected() == [vid]
+    from virtdriver.audit import audit_host
+
+    report = audit_host(destination.connection.get(), destination.state_dir)
+    assert not [d for _, d in report.dangers if d.kind == "leak"]  # expected, not leaked
     with pytest.raises(VolumeInUse) as refused:  # not multiattach: the arriving guest has it
         destination.attach_volume(info, neighbour.name())
     assert "arriving by live migration" in str(refused.value)

@@ -34,6 +34,7 @@ from virtdriver.errors import HypervisorError
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.hostconn import HostConnections
 from virtdriver.hypervisor.usage import DiskUse, DomainState, host_state, labels_of
+from virtdriver.policy.migration import still_arriving
 from virtdriver.policy.sharing import Danger, Use, dangers
 from virtdriver.tables import table_lines
 
@@ -101,6 +102,8 @@ def audit_host(conn: libvirt.virConnect, state_dir: str | Path) -> AuditReport:
     volumes = [_audit_group(group, recorded) for group in group_disks(states)]
     volumes = [v for v in volumes if v.volume != "-" or len(v.guests) > 1 or v.dangers]
     used = {vid for u in (u for g in group_disks(states) for u in g) if (vid := u.volume)}
+    present = [(s.name, s.uuid) for s in states]
+    used |= {a.volume for a in still_arriving(connections.arrivals(), present)}  # live migration
     for vid in recorded:
         if vid not in used:
             volumes.append(VolumeAudit(vid, _recorded_device(connections.path(vid)),

@@ -255,9 +255,15 @@ def migrate(source: Host, destination: Host, instance: str,
                 LOG.error("could not undo the preparation of volume %s on the destination: %s",
                           vid, exc)
         raise
-    kept = [vid for vid in modes if finish_outgoing(source, state.uuid, vid)]
-    for vid in modes:  # the guest is there: its own disks count now, not the arrival note
-        _forget_arrival(destination, state.uuid, vid)
+    kept = []
+    for vid in modes:  # the guest has moved: what is left to tidy up cannot undo that
+        try:
+            if finish_outgoing(source, state.uuid, vid):
+                kept.append(vid)
+            _forget_arrival(destination, state.uuid, vid)  # its own disks count there now
+        except VirtDriverError as exc:
+            LOG.error("guest %s was migrated, but volume %s could not be tidied up (%s); "
+                      "'virtdriver audit' on each host shows what is left", state.name, vid, exc)
     return kept
 
 
