@@ -174,12 +174,8 @@ class HostConnections:
 
     def scan(self) -> tuple[list[str], list[Path]]:
         """Volume ids with a readable record, and the paths of damaged records."""
-        try:
-            paths = sorted(self.records.glob("*.json")) if self.records.is_dir() else []
-        except OSError:
-            return [], []
         found, damaged = [], []
-        for path in paths:
+        for path in self._paths():
             try:
                 vid, _ = self._read(path)
             except StateError:
@@ -191,14 +187,20 @@ class HostConnections:
     def arrivals(self) -> list[Arrival]:
         """Every guest expected here by live migration, over all readable records."""
         found = []
-        for vid in self.connected():
+        for path in self._paths():
             try:
-                record = self.load(vid)
+                record = self._read(path)[1]
             except StateError:
                 continue  # audit reports it; it must not block other volumes
             if record is not None:
                 found += [Arrival.from_json(a) for a in record.arriving]
         return found
+
+    def _paths(self) -> list[Path]:
+        try:
+            return sorted(self.records.glob("*.json")) if self.records.is_dir() else []
+        except OSError:
+            return []
 
     def connected(self) -> list[str]:
         """Volume ids with host-side resources recorded."""
