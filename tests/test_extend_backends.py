@@ -8,7 +8,6 @@ it a shared mount, with nothing set up beforehand.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import uuid
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.backends import need
+from tests.support.backends import gluster_file, need
 from virtdriver import LibvirtVolumeDriver
 from virtdriver.errors import AttachFailed, ExtendRefused
 from virtdriver.hypervisor import mounts
@@ -137,26 +136,6 @@ def test_extend_nbd_is_refused_with_the_reason(guests, backends, tmp_path) -> No
 
 
 # ---- GlusterFS: a file of our own on the volume, through FUSE (os-brick) and libgfapi -----------
-
-
-@contextlib.contextmanager
-def gluster_file(backends, tmp_path: Path) -> Iterator[str]:
-    """A 16 MiB raw file on the test Gluster volume, removed afterwards."""
-    name = f"extend-{uuid.uuid4().hex[:12]}.raw"
-    url = f"gluster://{backends['VD_GLUSTER_HOST']}/{backends['VD_GLUSTER_VOLUME']}/{name}"
-    subprocess.run(["qemu-img", "create", "-q", "-f", "raw", url, "16M"], check=True,
-                   capture_output=True)
-    try:
-        yield name
-    finally:
-        scratch = tmp_path / "cleanup-mount"
-        scratch.mkdir(exist_ok=True)
-        subprocess.run(["mount", "-t", "glusterfs", backends["VD_GLUSTER_SHARE"], str(scratch)],
-                       check=True, capture_output=True)
-        try:
-            (scratch / name).unlink(missing_ok=True)
-        finally:
-            subprocess.run(["umount", str(scratch)], check=True)
 
 
 def test_extend_glusterfs_fuse_on_a_private_root(guests, backends, tmp_path,

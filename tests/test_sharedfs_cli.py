@@ -15,8 +15,7 @@ import uuid
 
 import pytest
 
-from tests.test_backends import backends, need, private_mount_base  # noqa: F401 - fixtures
-from tests.test_extend_backends import gluster_file
+from tests.support.backends import gluster_file, need
 
 OS_BRICK_NOISE = "Connection details not present"
 

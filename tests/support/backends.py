@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import shlex
 import shutil
@@ -71,3 +72,23 @@ def private_mount_base() -> Iterator[str]:
                               key=len):
             subprocess.run(["umount", below[-1]], check=True)
         shutil.rmtree(base)  # only once nothing is mounted below it: never a share's files
+
+
+@contextlib.contextmanager
+def gluster_file(backends, tmp_path: Path) -> Iterator[str]:
+    """A 16 MiB raw file on the test Gluster volume, removed afterwards."""
+    name = f"extend-{uuid.uuid4().hex[:12]}.raw"
+    url = f"gluster://{backends['VD_GLUSTER_HOST']}/{backends['VD_GLUSTER_VOLUME']}/{name}"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "raw", url, "16M"], check=True,
+                   capture_output=True)
+    try:
+        yield name
+    finally:
+        scratch = tmp_path / "cleanup-mount"
+        scratch.mkdir(exist_ok=True)
+        subprocess.run(["mount", "-t", "glusterfs", backends["VD_GLUSTER_SHARE"], str(scratch)],
+                       check=True, capture_output=True)
+        try:
+            (scratch / name).unlink(missing_ok=True)
+        finally:
+            subprocess.run(["umount", str(scratch)], check=True)
