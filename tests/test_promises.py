@@ -5,7 +5,6 @@ behind, rollbacks that leave the host as it was, and one typed error per failure
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from virtdriver.errors import (
-    AttachFailed,
     InvalidAttachRequest,
     InvalidRenderOption,
     LockTimeout,
