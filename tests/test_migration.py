@@ -194,3 +194,15 @@ def test_the_cli_migrates_like_the_api(guests, dest_guests, drivers, loop_device
     source.detach_volume(b.name(), vid)
     destination.detach_volume(a.name(), vid)
     assert source.host.connected() == [] == destination.host.connected()
+
+
+@pytest.mark.parametrize("instance", ["", "a\nb", "x" * 300, None])
+def test_an_unusable_instance_is_refused_before_the_host_is_touched(
+        instance: Any, drivers, loop_device) -> None:
+    from virtdriver.errors import InvalidRequest
+
+    _, destination = drivers
+    info = local_volume(loop_device.device, multiattach=True)
+    with pytest.raises(InvalidRequest, match="is not a guest name or UUID"):
+        destination.prepare_incoming(info, instance, "rw")
+    assert destination.host.connected() == []

@@ -29,7 +29,12 @@ from virtdriver.hypervisor.dataid import data_identity
 from virtdriver.hypervisor.hostconn import HostRecord
 from virtdriver.hypervisor.usage import DomainState
 from virtdriver.policy import check_attach_mode
-from virtdriver.policy.identity import alias_for, check_requested_volume_id, volume_of_alias
+from virtdriver.policy.identity import (
+    alias_for,
+    check_instance,
+    check_requested_volume_id,
+    volume_of_alias,
+)
 from virtdriver.policy.migration import Arrival, refuse_leaving, refuse_unprepared
 from virtdriver.policy.sharing import refuse_attach, users_of
 from virtdriver.render import build_disk
@@ -45,6 +50,7 @@ def prepare_incoming(host: Host, connection_info: Mapping[str, Any], instance: s
     """Connect the volume on this (the destination) host for ``instance``, which will arrive by
     live migration; the guest counts as a user of the volume here from now on."""
     mode = check_attach_mode(attach_mode)
+    check_instance(instance)
     request = VolumeRequest.parse(connection_info, host.options.render_options())
     if request.protocol is not None:
         probe = request.driver.host_probe()
@@ -88,6 +94,7 @@ def abort_incoming(host: Host, instance: str, volume_id: str) -> bool:
     """Undo :func:`prepare_incoming` after a failed migration: forget the arrival and release
     the host side unless a guest here uses the volume. ``False`` when nothing was prepared."""
     check_requested_volume_id(volume_id)
+    check_instance(instance)
     with host.lock([volume_id], [], "abort an incoming migration"):
         states = host.states()
         if any(s.is_instance(instance) for s in states if s.active):

@@ -69,6 +69,14 @@ def check_requested_volume_id(value: object) -> str:
     return value  # type: ignore[return-value]
 
 
+def check_instance(value: object) -> str:
+    """A guest named by a caller (name or UUID) that is not looked up in libvirt right away (a
+    guest arriving by migration): one printable line, as libvirt's domain names are."""
+    if not isinstance(value, str) or not value or len(value) > 255 or not value.isprintable():
+        raise InvalidRequest(f"{show(value)} is not a guest name or UUID")
+    return value
+
+
 def encode_volume_id(volume_id: str) -> str:
     """The id with every character libvirt drops from an alias escaped (see the module doc)."""
     return "".join(c if c in _PLAIN else "".join(f"_{b:02x}" for b in c.encode("utf-8"))
