@@ -21,6 +21,7 @@ import libvirt
 from lxml import etree
 
 from virtdriver.config import Disk
+from virtdriver.config.reader import parse_xml
 from virtdriver.driver.host import Host
 from virtdriver.driver.request import VolumeRequest
 from virtdriver.errors import HostConnectFailed, MigrationFailed, MigrationRefused, VirtDriverError
@@ -122,10 +123,7 @@ def incoming_xml(host: Host, domain_xml: str,
     Every volume the guest has must have been prepared here for it; the attach mode is the one
     prepared, and must be the one the guest has now.
     """
-    try:
-        root = etree.fromstring(domain_xml.encode())
-    except (etree.XMLSyntaxError, ValueError) as exc:
-        raise MigrationFailed("the guest's domain XML cannot be read", str(exc)) from None
+    root = parse_xml(domain_xml)  # the model's safe parser: no entities, no network
     guest = root.findtext("name") or "?"
     uuid = root.findtext("uuid") or ""
     requests = {}
