@@ -15,6 +15,7 @@ from virtdriver.cli_io import load_connection_info
 
 DEFAULT_TARGET = {"virtio": "vdb", "scsi": "sdb", "sata": "sdb", "usb": "sdb", "ide": "hdb"}
 
+
 def add_attach_mode(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attach-mode", default="rw", metavar="ro|rw",
                    help="attach read-only (ro) or read-write (rw, the default)")
@@ -36,8 +37,6 @@ def unit_number(text: str) -> int:
     if not (text.isdigit() and text.isascii() and len(text) <= 9):
         raise argparse.ArgumentTypeError(f"{text!r} is not a unit number")
     return int(text)
-
-
 
 
 def driver_for(args: argparse.Namespace) -> Any:
