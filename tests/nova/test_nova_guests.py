@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("nova", reason="needs nova 34; scripts/nova-suite.sh runs it in its venv")
+pytest.importorskip("nova.conf", reason="needs nova 34; scripts/nova-suite.sh runs it in its venv")
 
 import libvirt  # noqa: E402
 

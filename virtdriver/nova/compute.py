@@ -1,10 +1,13 @@
 """nova's libvirt compute driver with virtdriver's volume drivers.
 
-``compute_driver = virtdriver.nova.LibvirtDriver`` in ``nova.conf`` loads it (nova resolves a
-dotted path outside ``nova.virt``). Three places differ from nova's driver:
+``compute_driver = virtdriver.nova.LibvirtDriver`` in ``nova.conf`` loads it: nova imports
+``nova.virt.`` + that value, and virtdriver's wheel installs ``nova.virt.virtdriver.nova``, which
+names this class (``nova_namespace/`` in the source tree). Three places differ from nova's driver:
 
 - the volume driver for a ``driver_volume_type`` is the adapter of
-  :data:`~virtdriver.nova.adapters.NOVA_DRIVER_CLASSES` for the class nova's table names;
+  :data:`~virtdriver.nova.adapters.NOVA_DRIVER_CLASSES` for the class nova's table names; a type
+  nova knows but virtdriver does not render (nova's test-only ``fake``, or a class that a nova
+  deployment put into its table) keeps nova's own driver, logged once at INFO;
 - a volume's ``<disk>`` keeps the cache mode virtdriver's policy chose (nova would apply
   ``[libvirt] disk_cachemodes`` on top, which could give a shared disk a host page cache);
 - whether the host connection of a volume may be torn down after a detach is answered from
@@ -51,9 +54,13 @@ class LibvirtDriver(nova_driver.LibvirtDriver):
         if cached is not None:
             return cached
         path = nova_driver.VOLUME_DRIVERS.get(driver_type)
-        adapter = NOVA_DRIVER_CLASSES.get(path) if path else None
-        if adapter is None:
+        if path is None:
             raise exception.VolumeDriverNotFound(driver_type=driver_type)
+        adapter = NOVA_DRIVER_CLASSES.get(path)
+        if adapter is None:
+            LOG.info("volume type %s has no virtdriver adapter; nova's own %s renders it, "
+                     "without virtdriver's multiattach policy", driver_type, path)
+            return super()._get_volume_driver(connection_info)
         with self._volume_driver_lock:
             if driver_type not in self.volume_drivers:
                 try:

@@ -1,0 +1,31 @@
+"""Run virtdriver's own nova test cases (testtools classes built on nova's test harness) with
+unittest in the nova venv: ``python tests/nova/run_cases.py loader_cases``.
+
+Prints the failing tests, then one closing line ``N passed, M failed``; exits 1 on any failure.
+"""
+
+from __future__ import annotations
+
+import sys
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from nova_suite import CountingResult  # noqa: E402
+
+
+def main(modules: list[str]) -> int:
+    suite = unittest.defaultTestLoader.loadTestsFromNames(modules)
+    runner = unittest.TextTestRunner(stream=sys.stderr, verbosity=2, resultclass=CountingResult)
+    result = runner.run(suite)
+    failed = sorted(t.id() for t, _ in result.failures + result.errors
+                    + result.unexpectedSuccesses)
+    for test_id in failed:
+        print(f"FAILED {test_id}")
+    print(f"{len(result.passed)} passed, {len(failed)} failed")
+    return 1 if failed or not result.passed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
