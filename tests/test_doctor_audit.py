@@ -100,9 +100,9 @@ def test_selinux_facts_are_read_from_the_files(tmp_path: Path) -> None:
     enforce.write_text("0\n")
     assert selinux_mode(enforce) == "permissive"
     contexts = tmp_path / "virtual_image_context"
-    contexts.write_text("system_u:object_r:svirt_image_t:s0\nsystem_u:object_r:svirt_content_t:s0\n")
+    contexts.write_text("system_u:object_r:svirt_image_t:s0\nsystem_u:object_r:virt_content_t:s0\n")
     assert image_contexts(contexts) == {"shared": "system_u:object_r:svirt_image_t:s0",
-                                        "readonly": "system_u:object_r:svirt_content_t:s0"}
+                                        "readonly": "system_u:object_r:virt_content_t:s0"}
     assert image_contexts(tmp_path / "missing") == {}
 
 

@@ -99,6 +99,45 @@ def test_label_policies(policy: str, multi: bool, host: bool, expected: list[Sec
     assert d.source is not None and d.source.seclabels == expected
 
 
+NONE_SELINUX = SecLabel(model="selinux", relabel="no")
+NONE_DAC = SecLabel(model="dac", relabel="no")
+
+
+@pytest.mark.parametrize("models, expected", [
+    (None, [NONE_SELINUX, NONE_DAC]),             # rendered for no host in particular
+    (("selinux", "dac"), [NONE_SELINUX, NONE_DAC]),  # RHEL-family host
+    (("apparmor", "dac"), [NONE_DAC]),            # Ubuntu host: no model libvirt does not run
+    (("dac",), [NONE_DAC]),
+    ((), []),                                     # security_driver = "none"
+])
+def test_label_policy_none_names_only_the_hosts_models(models, expected) -> None:
+    # libvirt refuses to start a guest whose definition names a security model it does not run
+    # ("Security driver model 'selinux' is not available"), though it takes it at hot-plug.
+    d = disk(kind="block")
+    apply_policy(d, attach_mode="rw", multiattach=True, host_attached=True,
+                 label_policy="none", security_models=models)
+    assert d.source is not None and d.source.seclabels == expected
+
+
+@pytest.mark.parametrize("models", [("apparmor", "dac"), ("dac",), ()])
+def test_explicit_without_selinux_is_refused_naming_the_drivers(models) -> None:
+    drivers = ", ".join(models) or "none"
+    for shareable, host in [(True, True), (False, True), (True, False)]:
+        with pytest.raises(UnsafeAttachment, match=f"security drivers: {drivers}\\)"):
+            apply_policy(disk(kind="block" if host else "network"), attach_mode="rw",
+                         multiattach=shareable, host_attached=host, label_policy="explicit",
+                         shared_label=SHARED, security_models=models)
+
+
+def test_explicit_with_selinux_pins_the_shared_context() -> None:
+    d = disk(kind="block")
+    apply_policy(d, attach_mode="ro", multiattach=True, host_attached=True,
+                 label_policy="explicit", shared_label=SHARED,
+                 security_models=("selinux", "dac"))
+    assert d.source is not None
+    assert d.source.seclabels == [SecLabel(model="selinux", relabel="yes", label=SHARED)]
+
+
 def test_unknown_label_policy_is_refused() -> None:
     # A mistyped setting is bad input (exit 2), not a refusal by the policy.
     with pytest.raises(InvalidRenderOption, match="label_policy 'selinux'"):
@@ -113,6 +152,28 @@ def test_shared_label_comes_from_the_policy_file(tmp_path) -> None:
     assert shared_image_label("custom_t", ctx) == "custom_t"
     with pytest.raises(UnsafeAttachment, match="needs the shared image SELinux context"):
         shared_image_label(None, tmp_path / "missing")
+
+
+@pytest.mark.parametrize("config, policy", [
+    ("SELINUX=enforcing\nSELINUXTYPE=default\n", "default"),  # Debian
+    ("SELINUX=enforcing\nSELINUXTYPE=targeted\n", "targeted"),  # RHEL
+    ("# comment\nSELINUXTYPE = mls \n", "mls"),
+    ("SELINUX=permissive\n", "targeted"),  # libselinux's default
+    (None, "targeted"),
+])
+def test_context_file_follows_the_policy_in_force(tmp_path, config, policy) -> None:
+    from virtdriver.selinux import image_contexts, policy_name, virtual_image_context_path
+
+    if config is not None:
+        (tmp_path / "config").write_text(config)
+    assert policy_name(tmp_path / "config") == policy
+    path = virtual_image_context_path(tmp_path)
+    assert path == tmp_path / policy / "contexts" / "virtual_image_context"
+    path.parent.mkdir(parents=True)
+    path.write_text("system_u:object_r:svirt_image_t:s0\nsystem_u:object_r:virt_content_t:s0\n")
+    assert image_contexts(path) == {"shared": "system_u:object_r:svirt_image_t:s0",
+                                    "readonly": "system_u:object_r:virt_content_t:s0"}
+    assert shared_image_label(None, path) == "system_u:object_r:svirt_image_t:s0"
 
 
 @pytest.mark.parametrize("bdm, ok", [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from virtdriver.config import Address, Alias, BlockIO, Disk, Driver, Encryption, IoTune, Secret
@@ -44,12 +44,16 @@ def build_disk(connection_info: Mapping[str, Any], *, attach_mode: str = "rw",
                mount_base: str | None = None, label_policy: str = "auto",
                shared_image_label: str | None = None, native_iscsi: bool = False,
                native_glusterfs: bool = False, initiator_iqn: str | None = None,
-               alias: str | None = None) -> Disk:
+               alias: str | None = None,
+               security_models: Sequence[str] | None = None) -> Disk:
     """Render the ``<disk>`` for a volume.
 
     Raises a :class:`~virtdriver.errors.VirtDriverError` subclass naming the offending input for
     anything invalid or unsafe; never returns XML libvirt's schema would reject. ``alias``
     overrides the volume's own user alias (a guest that already holds that alias).
+    ``security_models``: the security drivers of the libvirt the disk is for (its capabilities'
+    ``<secmodel>``s); per-disk labels are written only for those. ``None`` (the default, for a
+    disk rendered without a host) writes them for every model the label policy concerns.
     """
     if not _is_mapping(connection_info):
         raise InvalidConnectionInfo("connection_info", "is not a JSON object")
@@ -101,7 +105,18 @@ def build_disk(connection_info: Mapping[str, Any], *, attach_mode: str = "rw",
     encrypted = optional_bool(data, "encrypted") or luks_secret_uuid is not None
     return apply_policy(disk, attach_mode=mode, multiattach=multiattach,
                         host_attached=volume.host_attached, encrypted=encrypted,
-                        label_policy=label_policy, shared_label=shared_image_label)
+                        label_policy=label_policy, shared_label=shared_image_label,
+                        security_models=_models(security_models))
+
+
+def _models(models: object) -> tuple[str, ...] | None:
+    if models is None:
+        return None
+    if isinstance(models, str) or not isinstance(models, Sequence) or not all(
+            isinstance(m, str) for m in models):
+        raise InvalidRenderOption(f"security_models: {show(models)} is not a list of security "
+                                  "model names")
+    return tuple(models)
 
 
 MAX_NESTING: Final = 32

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from virtdriver.doctor.verdict import Check
 from virtdriver.errors import VirtDriverError
-from virtdriver.policy import VIRTUAL_IMAGE_CONTEXT
+from virtdriver.selinux import image_contexts, policy_name, virtual_image_context_path
 
 if TYPE_CHECKING:
     from virtdriver.driver import LibvirtVolumeDriver
@@ -105,10 +105,9 @@ def kvm_check(conn: Any, facts: dict[str, Any]) -> Check:
 
 def security_models(capabilities_xml: str) -> list[str]:
     """The ``<secmodel><model>`` names of libvirt's host capabilities, in libvirt's order."""
-    from virtdriver.config.model import parse_xml
+    from virtdriver.hypervisor.connection import security_models as models
 
-    root = parse_xml(capabilities_xml)
-    return [m.text.strip() for m in root.iterfind("host/secmodel/model") if m.text]
+    return list(models(capabilities_xml))
 
 
 def security_driver_check(conn: Any, facts: dict[str, Any]) -> Check:
@@ -120,16 +119,23 @@ def security_driver_check(conn: Any, facts: dict[str, Any]) -> Check:
         return Check("labels", "security drivers", "warn", f"cannot read capabilities: {exc}")
     facts["security_drivers"] = models
     listed = ", ".join(models) or "none reported"
-    mac = [m for m in models if m in ("selinux", "apparmor")]
-    if mac:
+    if "selinux" in models:
         return Check("labels", "security drivers", "ok",
-                     f"{listed}: shareable disks get the shared image label, read-only disks "
-                     "the read-only one")
+                     f"{listed}: libvirt gives shareable disks the shared image context and "
+                     "read-only disks the read-only one, and never restores either on detach")
+    if "apparmor" in models:
+        return Check("labels", "security drivers", "ok",
+                     f"{listed}: each guest's QEMU is confined by its own profile; attaching a "
+                     "disk adds it to that guest's profile and detaching removes it, other "
+                     "guests' profiles are untouched (label_policy 'explicit' is refused: no "
+                     "SELinux)")
     if "dac" in models:
         return Check("labels", "security drivers", "warn",
-                     f"{listed}: no SELinux/AppArmor confinement; only DAC ownership is managed")
+                     f"{listed}: no SELinux/AppArmor confinement; libvirt only sets the owner of "
+                     "disks to QEMU's user (label_policy 'explicit' is refused: no SELinux)")
     return Check("labels", "security drivers", "warn",
-                 f"{listed}: guests are not confined and disks are not labelled")
+                 f"{listed}: guests are not confined and disks are neither labelled nor "
+                 "re-owned (label_policy 'explicit' is refused: no SELinux)")
 
 
 def selinux_checks(facts: dict[str, Any]) -> list[Check]:
@@ -142,16 +148,18 @@ def selinux_checks(facts: dict[str, Any]) -> list[Check]:
     checks = [Check("labels", "selinux", "ok" if mode == "enforcing" else "warn",
                     f"{mode}" + ("" if mode == "enforcing" else
                                  ": denials are logged, not enforced"))]
-    contexts = image_contexts()
-    facts["selinux"]["image_contexts"] = contexts
+    path = virtual_image_context_path()
+    policy = policy_name()
+    contexts = image_contexts(path)
+    facts["selinux"].update(policy=policy, image_contexts=contexts,
+                            image_context_file=str(path))
     if contexts:
         checks.append(Check("labels", "image contexts", "ok",
-                            f"shared: {contexts.get('shared', '?')}, "
-                            f"read-only: {contexts.get('readonly', '?')} "
-                            f"({VIRTUAL_IMAGE_CONTEXT})"))
+                            f"policy {policy}: shared {contexts.get('shared', '?')}, "
+                            f"read-only {contexts.get('readonly', '?')} ({path})"))
     else:
         checks.append(Check("labels", "image contexts", "warn",
-                            f"{VIRTUAL_IMAGE_CONTEXT} missing: label_policy 'explicit' needs "
+                            f"policy {policy}: {path} missing: label_policy 'explicit' needs "
                             "--shared-image-label"))
     return checks
 
@@ -168,15 +176,6 @@ def selinux_mode(enforce_file: Path = SELINUX_ENFORCE) -> str:
         if out in ("enforcing", "permissive"):
             return out
     return "disabled"
-
-
-def image_contexts(context_file: Path = VIRTUAL_IMAGE_CONTEXT) -> dict[str, str]:
-    """The shared (first line) and read-only (second line) image contexts of the policy."""
-    try:
-        lines = [ln.strip() for ln in context_file.read_text().splitlines() if ln.strip()]
-    except OSError:
-        return {}
-    return dict(zip(("shared", "readonly"), lines))
 
 
 # ---- directories --------------------------------------------------------------------------------

@@ -69,6 +69,7 @@ def attach(host: Host, connection_info: Mapping[str, Any], instances: Sequence[s
     """Attach one volume to every guest in ``instances`` (all or nothing)."""
     request = VolumeRequest.parse(connection_info, host.options.render_options())
     refuse_fan_out(request.vid, request.multiattach, list(instances))
+    host.check_label_policy()
     with host.lock([request.vid], request.lock_data(), "attach"):
         targets, uses = _read_host(host, instances)
         known = request.data_before_connect()
@@ -189,7 +190,7 @@ def _attach_guest(host: Host, request: VolumeRequest, target: Target, placement:
             disk = build_disk(request.info, attach_mode=placement.mode, target_dev=dev, bus=bus,
                               device=placement.device, scsi_unit=unit,
                               luks_secret_uuid=placement.luks_secret_uuid, alias=alias,
-                              **host.options.render_kwargs())
+                              **host.render_kwargs())
             others = [u for u in uses if u.guest_uuid != state.uuid] + state.uses()
             refuse_attach(request.vid, data_identity(disk), request.multiattach, state.uuid,
                           state.name, others)

@@ -21,6 +21,7 @@ from virtdriver.hypervisor.dataid import DataIdentity, identity_token
 from virtdriver.hypervisor.hostconn import HostConnections
 from virtdriver.hypervisor.locks import locks
 from virtdriver.hypervisor.usage import DomainState, host_state
+from virtdriver.policy import check_label_policy
 from virtdriver.policy.migration import still_arriving
 from virtdriver.policy.sharing import Use, still_used
 from virtdriver.driver.options import HostOptions
@@ -54,6 +55,26 @@ class Host:
             return
         with self.lock([], [(identity_token(identity), described)], operation):
             yield
+
+    # ---- rendering for this host -----------------------------------------------------------------
+
+    def security_models(self) -> tuple[str, ...]:
+        return self.connection.security_models()
+
+    def render_kwargs(self) -> dict[str, Any]:
+        """The host options :func:`virtdriver.render.build_disk` takes, with this libvirt's
+        security drivers when a label policy writes per-disk labels (``auto`` writes none, and
+        then costs no capabilities read)."""
+        kwargs = self.options.render_kwargs()
+        if self.options.label_policy != "auto":
+            kwargs["security_models"] = self.security_models()
+        return kwargs
+
+    def check_label_policy(self) -> None:
+        """Refuse, before anything changes, a label policy this host's security drivers cannot
+        apply (see :func:`virtdriver.policy.check_label_policy`)."""
+        if self.options.label_policy != "auto":
+            check_label_policy(self.options.label_policy, self.security_models())
 
     # ---- reading the host -----------------------------------------------------------------------
 

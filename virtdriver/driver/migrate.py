@@ -74,7 +74,7 @@ def prepare_incoming(host: Host, connection_info: Mapping[str, Any], instance: s
         try:
             host.connect(request)
             disk = build_disk(request.info, attach_mode=mode, alias=alias_for(request.vid, set()),
-                              **host.options.render_kwargs())
+                              **host.render_kwargs())
             refuse_attach(request.vid, data_identity(disk), request.multiattach, instance,
                           instance, uses)
             _check_opens(request.vid, disk)
@@ -159,7 +159,7 @@ def _rendered(host: Host, request: VolumeRequest, old: Disk, guest: str, uuid: s
                       device=old.device or "disk",
                       scsi_unit=int(unit) if unit is not None else None,
                       alias=old.alias.name if old.alias else None,
-                      **host.options.render_kwargs())
+                      **host.render_kwargs())
     return dataclasses.replace(disk, address=old.address, boot=old.boot,
                                encryption=old.encryption or disk.encryption)
 

@@ -118,7 +118,7 @@ def _render_like(host: Host, request: VolumeRequest, old: Disk, alias: str) -> D
                       target_dev=target.dev if target and target.dev else "sda",
                       bus=(target.bus if target else None) or "scsi",
                       device=old.device or "disk", scsi_unit=unit, alias=alias,
-                      **host.options.render_kwargs())
+                      **host.render_kwargs())
 
 
 def extend(host: Host, instance: str, connection_info: Mapping[str, Any], new_size: int) -> int:

@@ -7,6 +7,7 @@ import threading
 
 import libvirt
 
+from virtdriver.config.model import parse_xml
 from virtdriver.errors import HypervisorError, InstanceNotFound
 from virtdriver.hypervisor.events import DomainEvents, ensure_event_loop
 
@@ -21,6 +22,12 @@ def _silence(ctx: object, err: object) -> None:
 libvirt.registerErrorHandler(_silence, None)
 
 
+def security_models(capabilities_xml: str) -> tuple[str, ...]:
+    """The ``<secmodel><model>`` names of libvirt's host capabilities, in libvirt's order."""
+    root = parse_xml(capabilities_xml)
+    return tuple(m.text.strip() for m in root.iterfind("host/secmodel/model") if m.text)
+
+
 def libvirt_message(exc: libvirt.libvirtError) -> str:
     return exc.get_error_message() or str(exc)
 
@@ -33,6 +40,7 @@ class Connection:
         self.events = DomainEvents()
         self._conn: libvirt.virConnect | None = None
         self._lock = threading.Lock()
+        self._models: tuple[libvirt.virConnect, tuple[str, ...]] | None = None
 
     def get(self) -> libvirt.virConnect:
         """The open connection; reopened (events re-registered) if libvirtd restarted."""
@@ -54,6 +62,21 @@ class Connection:
             self.events.register(conn)
             self._conn = conn
             return conn
+
+    def security_models(self) -> tuple[str, ...]:
+        """The security drivers this libvirt runs (``selinux``, ``apparmor``, ``dac``), from its
+        capabilities; read once per connection (libvirtd chooses them when it starts)."""
+        conn = self.get()
+        cached = self._models
+        if cached is not None and cached[0] is conn:
+            return cached[1]
+        try:
+            models = security_models(conn.getCapabilities())
+        except libvirt.libvirtError as exc:
+            raise HypervisorError("cannot read libvirt's host capabilities",
+                                  libvirt_message(exc)) from None
+        self._models = (conn, models)
+        return models
 
     def domain(self, instance: str) -> libvirt.virDomain:
         """A domain by UUID or name."""

@@ -22,12 +22,15 @@ Protocol drivers say where a volume is; this module says how it may be used:
   shared image label (it never restores labels of shared or read-only disks on detach);
   ``explicit`` pins the shared image SELinux context on shareable host disks; ``none`` turns
   relabelling off (``selinux`` and ``dac``) for storage whose labels are managed elsewhere.
-  Network disks are never labelled by libvirt and get no per-disk labels.
+  Network disks are never labelled by libvirt and get no per-disk labels. A per-disk label names
+  a security model, and libvirt refuses to *start* a guest whose definition names a model its
+  security drivers do not run (it accepts it at hot-plug): given the host's models
+  (``security_models``), only those are written, and ``explicit`` without SELinux is refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -41,6 +44,7 @@ from virtdriver.errors import (
     show,
 )
 from virtdriver.policy.sharing import DIRECT_CACHE_MODES
+from virtdriver.selinux import image_contexts, virtual_image_context_path
 
 ATTACH_MODES: Final = ("ro", "rw")
 LABEL_POLICIES: Final = ("auto", "explicit", "none")
@@ -50,7 +54,9 @@ NO_HOTPLUG_BUSES: Final = ("ide", "sata")  # libvirt: "disk bus 'ide' cannot be 
 SECTOR_ONLY_BUSES: Final = ("ide", "sata")  # QEMU's ide-hd: "logical_block_size must be 512"
 DEFAULT_BLOCK_SIZE: Final = 512  # what QEMU assumes for a block size that is not given
 THROTTLE_MAX: Final = 10**15  # QEMU's ceiling for a rate and for a burst's rate x length
-VIRTUAL_IMAGE_CONTEXT = Path("/etc/selinux/targeted/contexts/virtual_image_context")
+#: The security models whose per-disk ``relabel='no'`` means "leave this disk's labels alone".
+#: AppArmor has none to leave alone: its per-guest profile rule is what lets QEMU open the disk.
+RELABEL_MODELS: Final = ("selinux", "dac")
 
 
 def check_attach_mode(mode: object, where: str = "attach_mode") -> str:
@@ -88,18 +94,30 @@ def check_block_device_attach_mode(bdm: Mapping[str, Any]) -> None:
 
 
 def shared_image_label(configured: str | None = None,
-                       context_file: Path = VIRTUAL_IMAGE_CONTEXT) -> str:
-    """The host's shared image SELinux context: configured, else read from the policy file."""
+                       context_file: Path | None = None) -> str:
+    """The host's shared image SELinux context: configured, else the first line of the
+    ``virtual_image_context`` file of the SELinux policy in force."""
     if configured:
         return configured
-    try:
-        first = context_file.read_text().splitlines()[0].strip()
-    except (OSError, IndexError):
-        first = ""
-    if not first:
+    path = context_file or virtual_image_context_path()
+    shared = image_contexts(path).get("shared")
+    if not shared:
         raise UnsafeAttachment(f"label_policy 'explicit' needs the shared image SELinux context: "
-                               f"{context_file} is missing or empty; configure it explicitly")
-    return first
+                               f"{path} is missing or empty; give it with --shared-image-label")
+    return shared
+
+
+def check_label_policy(label_policy: str, security_models: Sequence[str] | None) -> None:
+    """Refuse a label policy that cannot mean anything with the host's security drivers:
+    ``explicit`` pins an SELinux context, which a host without libvirt's SELinux driver cannot
+    apply (and whose guests would then not start). ``None``: the host is not known (render)."""
+    if label_policy != "explicit" or security_models is None or "selinux" in security_models:
+        return
+    drivers = ", ".join(security_models) or "none"
+    raise UnsafeAttachment(f"label_policy 'explicit' pins an SELinux context, but this host's "
+                           f"libvirt runs no SELinux security driver (its security drivers: "
+                           f"{drivers}); use label_policy 'auto'"
+                           + (" or 'none'" if "dac" in security_models else ""))
 
 
 def check_option_text(name: str, value: object) -> str | None:
@@ -208,15 +226,19 @@ def _check_device(disk: Disk, encrypted: bool) -> None:
 
 def apply_policy(disk: Disk, *, attach_mode: str, multiattach: bool, host_attached: bool,
                  encrypted: bool = False, label_policy: str = "auto",
-                 shared_label: str | None = None) -> Disk:
+                 shared_label: str | None = None,
+                 security_models: Sequence[str] | None = None) -> Disk:
     """Apply attach mode, sharing, cache/io, labels and refusals to ``disk`` (in place).
 
     ``disk`` comes from a volume driver (source, format and its default cache/io). Returns it.
+    ``security_models`` are the host libvirt's security drivers (``None``: not known; per-disk
+    labels are then written for every model the label policy concerns).
     """
     check_attach_mode(attach_mode)
     if label_policy not in LABEL_POLICIES:
         raise InvalidRenderOption(f"label_policy {show(label_policy)} is not one of "
                                f"{', '.join(LABEL_POLICIES)}")
+    check_label_policy(label_policy, security_models)
     if disk.shareable and not multiattach:
         raise MultiattachNotSupported("a shareable disk was requested for a volume that is not "
                                       "multiattach; sharing it would risk corrupting its data")
@@ -242,13 +264,16 @@ def apply_policy(disk: Disk, *, attach_mode: str, multiattach: bool, host_attach
     if driver is not None and driver.io == "native" and driver.cache not in DIRECT_CACHE_MODES:
         driver.io = "threads"
     if host_attached and disk.source is not None:
-        disk.source.seclabels = _labels(label_policy, disk.shareable, shared_label)
+        disk.source.seclabels = _labels(label_policy, disk.shareable, shared_label,
+                                        security_models)
     return disk
 
 
-def _labels(label_policy: str, shareable: bool, shared_label: str | None) -> list[SecLabel]:
+def _labels(label_policy: str, shareable: bool, shared_label: str | None,
+            models: Sequence[str] | None) -> list[SecLabel]:
     if label_policy == "none":
-        return [SecLabel(model="selinux", relabel="no"), SecLabel(model="dac", relabel="no")]
+        return [SecLabel(model=model, relabel="no") for model in RELABEL_MODELS
+                if models is None or model in models]
     if label_policy == "explicit" and shareable:
         return [SecLabel(model="selinux", relabel="yes", label=shared_image_label(shared_label))]
     return []

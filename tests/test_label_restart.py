@@ -1,0 +1,101 @@
+"""Guests with virtdriver attachments start again, for every label policy (issue #27).
+
+libvirt accepts a per-disk ``<seclabel model='selinux'>`` at hot-plug on a host whose libvirt runs
+no SELinux driver, but refuses to *start* a guest whose definition carries one ("Security driver
+model 'selinux' is not available"): an attach that wrote it into the persistent definition left a
+guest that does not come back after the next host reboot. Here (libvirt with
+``security_driver = "none"``, so no security model at all) every label policy that this host can
+apply attaches a shared volume rw and ro to two persistent guests, both guests are destroyed and
+started again, and both come back with their disks, still sharing the data. ``explicit`` cannot
+mean anything without SELinux: it is refused before anything changes.
+
+The same test runs on the nested SELinux and AppArmor hosts (testhosts/), where the models differ.
+"""
+
+from __future__ import annotations
+
+import libvirt
+import pytest
+
+from virtdriver import LibvirtVolumeDriver
+from virtdriver.errors import UnsafeAttachment
+from virtdriver.guests import block_info, read_pattern, write_pattern
+from virtdriver.hypervisor.connection import security_models
+
+from .support.volumes import local_volume
+
+pytestmark = pytest.mark.hypervisor
+
+
+def _restart(dom: libvirt.virDomain) -> None:
+    dom.destroy()
+    dom.create()  # raises libvirtError when the persistent definition cannot start
+
+
+def _policies(conn: libvirt.virConnect) -> list[str]:
+    models = security_models(conn.getCapabilities())
+    return ["auto", "none"] + (["explicit"] if "selinux" in models else [])
+
+
+@pytest.mark.parametrize("policy", ["auto", "none", "explicit"])
+def test_shared_guests_survive_destroy_and_start(policy, guests, loop_device, tmp_path,
+                                                 system_conn) -> None:
+    if policy not in _policies(system_conn):
+        pytest.skip("covered by test_explicit_without_selinux_is_refused_before_anything: "
+                    "this host's libvirt runs no SELinux driver")
+    driver = LibvirtVolumeDriver(state_dir=tmp_path / "state", detach_timeout=20,
+                                 label_policy=policy)
+    try:
+        a, b = guests.start("restart-a"), guests.start("restart-b")
+        info = local_volume(loop_device.device, multiattach=True)
+        vid = info["data"]["volume_id"]
+        alias = f"ua-{vid}"
+        driver.attach_volume(info, a.name(), attach_mode="rw")
+        driver.attach_volume(info, b.name(), attach_mode="ro")
+        models = set(security_models(system_conn.getCapabilities()))
+        for dom in (a, b):
+            for xml in (dom.XMLDesc(0), dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)):
+                written = {m for m in ("selinux", "dac", "apparmor")
+                           if f"<seclabel model='{m}'" in xml}
+                assert written <= models, f"{policy}: per-disk labels for {written - models}"
+
+        for dom in (a, b):
+            _restart(dom)
+
+        qa, qb = block_info(a, alias), block_info(b, alias)
+        assert (qa.ro, qb.ro) == (False, True)
+        assert qa.file == qb.file == loop_device.device and qa.direct and qb.direct
+        write_pattern(a, alias, 0x3C)
+        assert read_pattern(b, alias, 0x3C)
+
+        driver.detach_volume(a.name(), vid)
+        driver.detach_volume(b.name(), vid)
+        assert driver.host.load(vid) is None  # the last detach released the host side
+        for dom in (a, b):  # and after the detach too
+            _restart(dom)
+            assert alias not in dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+    finally:
+        driver.close()
+
+
+def test_explicit_without_selinux_is_refused_before_anything(guests, loop_device, tmp_path,
+                                                             system_conn) -> None:
+    models = security_models(system_conn.getCapabilities())
+    if "selinux" in models:
+        pytest.skip("this host's libvirt runs SELinux: explicit applies here")
+    state = tmp_path / "state"
+    driver = LibvirtVolumeDriver(state_dir=state, label_policy="explicit",
+                                 shared_image_label="system_u:object_r:svirt_image_t:s0")
+    try:
+        a = guests.start("explicit-a")
+        before = (a.XMLDesc(0), a.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+        info = local_volume(loop_device.device, multiattach=True)
+        with pytest.raises(UnsafeAttachment) as refused:
+            driver.attach_volume(info, a.name(), attach_mode="rw")
+        drivers = ", ".join(models) or "none"
+        assert str(refused.value).count("\n") == 0
+        assert f"its security drivers: {drivers})" in str(refused.value)
+        assert (a.XMLDesc(0), a.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)) == before
+        assert not (state / "connections").exists() or not any((state / "connections").iterdir())
+    finally:
+        driver.close()
