@@ -99,3 +99,47 @@ def test_explicit_without_selinux_is_refused_before_anything(guests, loop_device
         assert not (state / "connections").exists() or not any((state / "connections").iterdir())
     finally:
         driver.close()
+
+
+def test_audit_reports_and_repair_labels_removes_a_foreign_model(guests, loop_device, tmp_path,
+                                                                 system_conn, capsys) -> None:
+    """A definition with a per-disk label of a model libvirt does not run (as an older
+    virtdriver wrote it): audit says the guest will not start and how to repair it; the repair
+    changes only the definitions; the guests then start with the disk."""
+    from virtdriver.cli import main
+
+    models = security_models(system_conn.getCapabilities())
+    foreign = next(m for m in ("selinux", "apparmor") if m not in models)
+    vid = "9a1c3f2e-5b7d-4e8f-a0b1-c2d3e4f5a6b7"
+    planted = (f"<disk type='block' device='disk'><driver name='qemu' type='raw' cache='none'/>"
+               f"<source dev='{loop_device.device}'><seclabel model='{foreign}' relabel='no'/>"
+               f"</source><target dev='sdb' bus='scsi'/><shareable/>"
+               f"<alias name='ua-{vid}'/></disk>")
+    both = libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_AFFECT_CONFIG
+    a, b = guests.start("planted-a"), guests.start("planted-b")
+    a.attachDeviceFlags(planted, both)
+    b.attachDeviceFlags(planted, both)
+    common = ["-c", "qemu:///system", "--state-dir", str(tmp_path / "state")]
+
+    assert main([*common, "audit"]) == 1
+    out = capsys.readouterr().out
+    for dom in (a, b):
+        assert (f"DANGER startup: guest {dom.name()}'s definition gives disk sdb a <seclabel "
+                f"model='{foreign}'>") in out
+        assert f"'virtdriver repair-labels {dom.name()}'" in out
+    a.destroy()
+    with pytest.raises(libvirt.libvirtError, match=f"model '{foreign}' is not available"):
+        a.create()  # what audit warns of: libvirt refuses to start the guest
+
+    live_b = b.XMLDesc(0)
+    assert main([*common, "repair-labels"]) == 0
+    out = capsys.readouterr().out
+    for dom in (a, b):
+        assert f"{dom.name()}: removed the <seclabel model='{foreign}'> of disk sdb" in out
+        assert f"model='{foreign}'" not in dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+    assert b.XMLDesc(0) == live_b  # the running guest is untouched
+    a.create()
+    _restart(b)
+    for dom in (a, b):
+        assert block_info(dom, f"ua-{vid}").file == loop_device.device
+    assert main([*common, "audit"]) == 0, capsys.readouterr().out

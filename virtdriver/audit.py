@@ -16,7 +16,9 @@ Dangers:
   corrupts the image);
 - ``labels``: the per-disk security labels differ between the guests, so relabelling for one
   can cut off the other;
-- ``leak``: a recorded host connection that no guest uses any more.
+- ``leak``: a recorded host connection that no guest uses any more;
+- ``startup``: a guest's definition carries a per-disk label for a security driver this host's
+  libvirt does not run, so the guest will not start again (``virtdriver repair-labels``).
 """
 
 from __future__ import annotations
@@ -31,14 +33,16 @@ import libvirt
 
 from virtdriver.attachment import describe_source
 from virtdriver.errors import HypervisorError
-from virtdriver.hypervisor.connection import libvirt_message
+from virtdriver.hypervisor.connection import libvirt_message, security_models
+from virtdriver.hypervisor.seclabels import foreign_labels
 from virtdriver.hypervisor.hostconn import HostConnections
 from virtdriver.hypervisor.usage import DiskUse, DomainState, host_state, labels_of
 from virtdriver.policy.migration import still_arriving
 from virtdriver.policy.sharing import Danger, Use, dangers
 from virtdriver.tables import table_lines
 
-DANGER_KINDS: Final = ("unshared", "cache", "format", "labels", "identity", "leak", "record")
+DANGER_KINDS: Final = ("unshared", "cache", "format", "labels", "identity", "leak", "record",
+                       "startup")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,8 +117,28 @@ def audit_host(conn: libvirt.virConnect, state_dir: str | Path) -> AuditReport:
             f"the host-connection record {path} is unreadable or damaged: virtdriver cannot "
             "tell what to release for that volume; inspect it, release by hand if needed, "
             "and remove the file"))], True))
+    _add_startup_dangers(conn, volumes)
     volumes.sort(key=lambda v: (not v.dangers, v.volume == "-", v.volume, v.source))
     return AuditReport(conn.getURI(), str(state_dir), volumes)
+
+
+def _add_startup_dangers(conn: libvirt.virConnect, volumes: list[VolumeAudit]) -> None:
+    """Guests that will not start again: labels of a security driver libvirt does not run."""
+    try:
+        models = security_models(conn.getCapabilities())
+    except libvirt.libvirtError as exc:
+        raise HypervisorError("cannot read libvirt's host capabilities",
+                              libvirt_message(exc)) from None
+    for found in foreign_labels(conn, models):
+        danger = Danger("startup", found.message(models))
+        volume = next((v for v in volumes for a in v.attachments
+                       if a.guest_uuid == found.guest_uuid and a.device == found.device
+                       and a.state != "live"), None)
+        if volume is not None:
+            volume.dangers.append(danger)
+        else:
+            volumes.append(VolumeAudit("-", f"guest {found.guest}, disk {found.device}", [],
+                                       [danger], False))
 
 
 # ---- grouping -----------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
-"""Operator commands of the ``virtdriver`` CLI: ``doctor`` and ``audit``.
+"""Operator commands of the ``virtdriver`` CLI: ``doctor``, ``audit`` and ``repair-labels``.
 
-Registered by :func:`add_operator_commands` (listed in ``virtdriver.cli.COMMANDS``). Both exit 0
-when all is well and 1 when something is wrong on the host (multiattach cannot work; a volume is
-in danger), so they can gate a deployment or run from cron.
+Registered by :func:`add_operator_commands` (listed in ``virtdriver.cli.COMMANDS``). doctor and
+audit exit 0 when all is well and 1 when something is wrong on the host (multiattach cannot work;
+a volume is in danger), so they can gate a deployment or run from cron.
 """
 
 from __future__ import annotations
@@ -44,6 +44,27 @@ def _audit(args: argparse.Namespace) -> int:
     return EXIT_PROBLEM if report.dangers else EXIT_OK
 
 
+def _repair_labels(args: argparse.Namespace) -> int:
+    from virtdriver.hypervisor.connection import Connection
+    from virtdriver.hypervisor.seclabels import foreign_labels, repair_definition
+
+    connection = Connection(args.connect)
+    try:
+        conn, models = connection.get(), connection.security_models()
+        wanted = set(args.guests)
+        guests = sorted({f.guest_uuid: f.guest for f in foreign_labels(conn, models)
+                         if not wanted or wanted & {f.guest, f.guest_uuid}}.items())
+        for uuid, name in guests:
+            for fixed in repair_definition(conn, connection.domain(uuid), models):
+                print(f"{name}: removed the <seclabel model='{fixed.model}'> of disk "
+                      f"{fixed.device} from the definition (the running guest is unchanged)")
+        if not guests:
+            print("no guest definition names a security driver this host does not run")
+    finally:
+        connection.close()
+    return EXIT_OK
+
+
 def add_operator_commands(sub: Any) -> None:
     raw = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser(
@@ -77,3 +98,19 @@ def add_operator_commands(sub: Any) -> None:
                "  virtdriver audit --json | jq '.volumes[] | select(.dangers != [])'")
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.set_defaults(func=_audit)
+
+    p = sub.add_parser(
+        "repair-labels", formatter_class=raw,
+        help="remove per-disk labels of security drivers this host does not run",
+        description="libvirt refuses to start a guest whose definition gives a disk a "
+                    "<seclabel> of a security model its security drivers do not run (an older "
+                    "virtdriver wrote selinux labels on every host). This removes such labels "
+                    "from the persistent definitions (all guests, or those named); running "
+                    "guests are not touched, their next start uses the repaired definition. "
+                    "'virtdriver audit' reports them as 'startup' dangers.",
+        epilog="examples:\n"
+               "  virtdriver repair-labels\n"
+               "  virtdriver repair-labels web-1 db-2")
+    p.add_argument("guests", nargs="*", metavar="GUEST", help="guest names or UUIDs "
+                   "(default: every guest whose definition needs it)")
+    p.set_defaults(func=_repair_labels)
