@@ -18,7 +18,10 @@ Dangers:
   can cut off the other;
 - ``leak``: a recorded host connection that no guest uses any more;
 - ``startup``: a guest's definition carries a per-disk label for a security driver this host's
-  libvirt does not run, so the guest will not start again (``virtdriver repair-labels``).
+  libvirt does not run, so the guest will not start again (``virtdriver repair-labels``);
+- ``profile``: on an AppArmor host, a read-only attachment whose guest's profile lets its QEMU
+  open the volume for writing (libvirt's hot-plug rule; see
+  :mod:`virtdriver.hypervisor.apparmor`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import libvirt
 from virtdriver.attachment import describe_source
 from virtdriver.errors import HypervisorError
 from virtdriver.hypervisor.connection import libvirt_message, security_models
+from virtdriver.hypervisor.apparmor import writable_readonly_disks
 from virtdriver.hypervisor.seclabels import foreign_labels
 from virtdriver.hypervisor.hostconn import HostConnections
 from virtdriver.hypervisor.usage import DiskUse, DomainState, host_state, labels_of
@@ -42,7 +46,7 @@ from virtdriver.policy.sharing import Danger, Use, dangers
 from virtdriver.tables import table_lines
 
 DANGER_KINDS: Final = ("unshared", "cache", "format", "labels", "identity", "leak", "record",
-                       "startup")
+                       "startup", "profile")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +126,19 @@ def audit_host(conn: libvirt.virConnect, state_dir: str | Path) -> AuditReport:
     return AuditReport(conn.getURI(), str(state_dir), volumes)
 
 
+def _add_profile_dangers(volumes: list[VolumeAudit]) -> None:
+    for volume in volumes:
+        for att in volume.attachments:
+            if att.mode != "ro" or att.state == "config" or not att.source.startswith("/"):
+                continue
+            if writable_readonly_disks(att.guest_uuid, [att.source]):
+                volume.dangers.append(Danger("profile", (
+                    f"guest {att.guest} has {att.source} read-only, but its AppArmor profile "
+                    f"lets its QEMU open it for writing (libvirt gives every hot-plugged disk "
+                    f"'rwk'); a detach or restart of the guest, or an attach through virtdriver, "
+                    f"regenerates the profile with 'rk'")))
+
+
 def _add_startup_dangers(conn: libvirt.virConnect, volumes: list[VolumeAudit]) -> None:
     """Guests that will not start again: labels of a security driver libvirt does not run."""
     try:
@@ -129,6 +146,8 @@ def _add_startup_dangers(conn: libvirt.virConnect, volumes: list[VolumeAudit]) -
     except libvirt.libvirtError as exc:
         raise HypervisorError("cannot read libvirt's host capabilities",
                               libvirt_message(exc)) from None
+    if "apparmor" in models:
+        _add_profile_dangers(volumes)
     for found in foreign_labels(conn, models):
         danger = Danger("startup", found.message(models))
         volume = next((v for v in volumes for a in v.attachments

@@ -206,6 +206,8 @@ def _attach_guest(host: Host, request: VolumeRequest, target: Target, placement:
             except libvirt.libvirtError as exc:
                 raise AttachFailed(f"libvirt refused to attach volume {request.vid} to "
                                    f"{state.name}", libvirt_message(exc)) from None
+            if state.active and disk.readonly and disk.type in ("block", "file"):
+                host.after_readonly_hotplug(state.dom, state.name, state.uuid)
         finally:
             guest.changed()
     attachment = Attachment.from_use(DiskUse(state.name, state.uuid, state.active, state.active,

@@ -16,6 +16,7 @@ from typing import Any
 import libvirt
 
 from virtdriver.errors import HypervisorError, VirtDriverError
+from virtdriver.hypervisor import apparmor
 from virtdriver.hypervisor.connection import Connection, libvirt_message
 from virtdriver.hypervisor.dataid import DataIdentity, identity_token
 from virtdriver.hypervisor.hostconn import HostConnections
@@ -75,6 +76,22 @@ class Host:
         apply (see :func:`virtdriver.policy.check_label_policy`)."""
         if self.options.label_policy != "auto":
             check_label_policy(self.options.label_policy, self.security_models())
+
+    def after_readonly_hotplug(self, dom: libvirt.virDomain, name: str, uuid: str) -> None:
+        """On an AppArmor host, take back the writable profile rule libvirt's hot-plug gave a
+        read-only disk (see :mod:`virtdriver.hypervisor.apparmor`); a failure is a warning."""
+        if "apparmor" not in self.security_models():
+            return
+        try:
+            xml = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_SECURE)
+        except libvirt.libvirtError as exc:
+            LOG.warning("guest %s: cannot read its XML to narrow its AppArmor profile: %s", name,
+                        libvirt_message(exc))
+            return
+        problem = apparmor.regenerate_profile(uuid, xml)
+        if problem:
+            LOG.warning("guest %s: its AppArmor profile still lets QEMU open the read-only disk "
+                        "for writing (libvirt's hot-plug rule): %s", name, problem)
 
     # ---- reading the host -----------------------------------------------------------------------
 
