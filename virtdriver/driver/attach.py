@@ -21,6 +21,8 @@ from virtdriver.driver.detach import undo_attach
 from virtdriver.driver.host import Host
 from virtdriver.driver.request import VolumeRequest
 from virtdriver.errors import AttachFailed, HypervisorError, InvalidAttachRequest, VirtDriverError
+from virtdriver.config import Disk
+from virtdriver.hypervisor.access import explain_denied
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.dataid import data_identity
 from virtdriver.hypervisor.locks import guest_generation, guest_lock
@@ -205,7 +207,8 @@ def _attach_guest(host: Host, request: VolumeRequest, target: Target, placement:
                 state.dom.attachDeviceFlags(disk.to_xml(), flags)
             except libvirt.libvirtError as exc:
                 raise AttachFailed(f"libvirt refused to attach volume {request.vid} to "
-                                   f"{state.name}", libvirt_message(exc)) from None
+                                   f"{state.name}", _why_refused(host, state.dom, disk,
+                                                                 libvirt_message(exc))) from None
             if state.active and disk.readonly and disk.type in ("block", "file"):
                 host.after_readonly_hotplug(state.dom, state.name, state.uuid)
         finally:
@@ -214,6 +217,18 @@ def _attach_guest(host: Host, request: VolumeRequest, target: Target, placement:
                                              disk))
     assert attachment is not None  # the disk was rendered with its alias and target
     return attachment
+
+
+def _why_refused(host: Host, dom: libvirt.virDomain, disk: Disk, message: str) -> str:
+    """libvirt's message, and for a denied open with label_policy 'none', whose data it is."""
+    path = disk.source.dev or disk.source.file if disk.source is not None else None
+    if host.options.label_policy != "none" or not path or "Permission denied" not in message:
+        return message
+    try:
+        explained = explain_denied(path, dom.XMLDesc(0))
+    except libvirt.libvirtError:
+        explained = None
+    return f"{message}: {explained}" if explained else message
 
 
 def _report_failure(progress: Progress | None, instances: Sequence[str],
