@@ -13,8 +13,8 @@ import os
 import pwd
 import stat
 
-
 from virtdriver.config.reader import parse_xml
+from virtdriver.errors import MalformedXML
 
 
 def qemu_user(domain_xml: str) -> tuple[int, int] | None:
@@ -22,7 +22,7 @@ def qemu_user(domain_xml: str) -> tuple[int, int] | None:
     (``+64055:+64055``), or ``None`` when libvirt does not say."""
     try:
         root = parse_xml(domain_xml)
-    except Exception:  # noqa: BLE001 - no explanation beats a wrong one
+    except MalformedXML:
         return None
     for label in root.iterfind("seclabel[@model='dac']/label"):
         uid, sep, gid = (label.text or "").strip().partition(":")
