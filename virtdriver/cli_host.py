@@ -31,6 +31,14 @@ def add_host_options(p: argparse.ArgumentParser) -> None:
                    help="let QEMU's own iSCSI initiator open iscsi volumes")
     p.add_argument("--native-glusterfs", action="store_true",
                    help="let QEMU's own gluster client open glusterfs volumes")
+    p.add_argument("--initiator-iqn", metavar="IQN",
+                   help="initiator name QEMU's own iSCSI initiator logs in as with "
+                        "--native-iscsi (default: the host's, /etc/iscsi/initiatorname.iscsi)")
+    p.add_argument("--multipath", action="store_true",
+                   help="connect kernel iSCSI, FC and NVMe-oF volumes over every path "
+                        "(os-brick multipath)")
+    p.add_argument("--enforce-multipath", action="store_true",
+                   help="with --multipath: fail when multipathd is not running")
 
 
 def unit_number(text: str) -> int:
@@ -47,7 +55,10 @@ def driver_for(args: argparse.Namespace) -> Any:
                                label_policy=getattr(args, "label_policy", "auto"),
                                shared_image_label=getattr(args, "shared_image_label", None),
                                native_iscsi=getattr(args, "native_iscsi", False),
-                               native_glusterfs=getattr(args, "native_glusterfs", False))
+                               native_glusterfs=getattr(args, "native_glusterfs", False),
+                               initiator_iqn=getattr(args, "initiator_iqn", None),
+                               use_multipath=getattr(args, "multipath", False),
+                               enforce_multipath=getattr(args, "enforce_multipath", False))
 
 
 def _print_table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> None:

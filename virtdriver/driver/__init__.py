@@ -77,10 +77,11 @@ class LibvirtVolumeDriver:
         return [u for s in self.hosting.states() for u in s.disks if u.volume == volume]
 
     def connector_properties(self, attach_mode: str = "rw", *, my_ip: str = "127.0.0.1",
-                             multipath: bool = False) -> dict[str, Any]:
-        """os-brick's host connector properties plus ``mode``, for the storage service."""
-        props = brick.connector_properties(self.options.state_dir, my_ip=my_ip,
-                                           multipath=multipath)
+                             multipath: bool | None = None) -> dict[str, Any]:
+        """os-brick's host connector properties plus ``mode``, for the storage service
+        (``multipath`` defaults to the host's ``use_multipath``)."""
+        use = self.options.use_multipath if multipath is None else multipath
+        props = brick.connector_properties(self.options.state_dir, my_ip=my_ip, multipath=use)
         props["mode"] = check_attach_mode(attach_mode)
         return props
 

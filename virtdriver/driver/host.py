@@ -128,12 +128,27 @@ class Host:
         ``device_path``) and the libvirt secrets the protocol declares."""
         options = request.options
         if request.protocol is not None:
-            device_info = self.records.connect(request.vid, request.protocol, dict(request.data),
-                                               **request.driver.connector_options(options))
+            device_info = self.records.connect(request.vid, request.protocol,
+                                               self._brick_properties(request),
+                                               **self._connector_options(request))
             if device_info.get("path"):
                 request.data["device_path"] = device_info["path"]
         for secret in request.driver.host_secrets(request.data, options):
             self.records.add_secret(self.connection.get(), request.vid, secret)
+
+    def _connector_options(self, request: VolumeRequest) -> dict[str, Any]:
+        """os-brick connector settings for the volume: the protocol's, and multipath when the
+        host uses it (recorded with the connection, so the release uses the same connector)."""
+        extra = request.driver.connector_options(request.options)
+        if self.options.use_multipath:
+            extra["use_multipath"] = True
+        return extra
+
+    def _brick_properties(self, request: VolumeRequest) -> dict[str, Any]:
+        properties = dict(request.data)
+        if self.options.enforce_multipath:
+            properties["enforce_multipath"] = True  # os-brick: fail without multipathd
+        return properties
 
     def check_record(self, vid: str) -> None:
         """Stop with :class:`~virtdriver.errors.StateError` before anything changes when the
@@ -163,8 +178,13 @@ class Host:
         try:
             if used_before:  # the same data under another id: its device is not ours to tear down
                 self.records.forget(request.vid)
-            else:
-                self.release(request.vid)
+            elif not self.release(request.vid) and request.protocol is not None:
+                # os-brick failed part way (an NVMe controller connected, its namespace never
+                # found; an iSCSI login without its LUN): nothing was recorded, and nobody else
+                # on this host uses the volume or its data, so undo whatever it left.
+                self.records.undo_failed_connect(request.protocol,
+                                                 self._brick_properties(request),
+                                                 **self._connector_options(request))
         except VirtDriverError as exc:
             LOG.error("could not release the host connection of volume %s: %s", request.vid, exc)
 

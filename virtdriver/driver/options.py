@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from virtdriver.errors import InvalidRenderOption, show
+from virtdriver.policy import check_option_flag, check_option_text
 from virtdriver.hypervisor.locks import DEFAULT_TIMEOUT
 from virtdriver.volume.base import RenderOptions
 
@@ -37,6 +38,14 @@ class HostOptions:
     lock_timeout: float = DEFAULT_TIMEOUT
     native_iscsi: bool = False
     native_glusterfs: bool = False
+    #: os-brick connects kernel iSCSI/FC/NVMe-oF volumes over every path, to a multipath device
+    #: (nova: ``[libvirt] volume_use_multipath``); ``enforce_multipath`` fails an attach when
+    #: multipathd is not running instead of falling back to one path.
+    use_multipath: bool = False
+    enforce_multipath: bool = False
+    #: The initiator name QEMU's own iSCSI initiator logs in as (``native_iscsi``); default: the
+    #: host's (``/etc/iscsi/initiatorname.iscsi``), the name the storage service was given.
+    initiator_iqn: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state_dir", Path(self.state_dir))
@@ -44,18 +53,48 @@ class HostOptions:
                            str(self.mount_base) if self.mount_base else str(self.state_dir / "mnt"))
         check_timeout(self.detach_timeout, "detach_timeout")
         check_timeout(self.lock_timeout, "lock_timeout")
+        for flag in ("native_iscsi", "native_glusterfs", "use_multipath", "enforce_multipath"):
+            check_option_flag(flag, getattr(self, flag))
+        check_option_text("initiator_iqn", self.initiator_iqn)
+        if self.enforce_multipath and not self.use_multipath:
+            raise InvalidRenderOption("enforce_multipath needs use_multipath")
 
     @property
     def lock_dir(self) -> Path:
         return self.state_dir / "locks"
 
+    @property
+    def native_initiator(self) -> str | None:
+        """The initiator name for QEMU's own iSCSI initiator: configured, else the host's."""
+        if not self.native_iscsi:
+            return None
+        return self.initiator_iqn or host_initiator_name()
+
     def render_options(self) -> RenderOptions:
         """What a protocol module needs to know of the host."""
         return RenderOptions(mount_base=self.mount_base, native_iscsi=self.native_iscsi,
-                             native_glusterfs=self.native_glusterfs)
+                             native_glusterfs=self.native_glusterfs,
+                             initiator_iqn=self.native_initiator)
 
     def render_kwargs(self) -> dict[str, Any]:
         """The host options :func:`virtdriver.render.build_disk` takes."""
         return {"mount_base": self.mount_base, "label_policy": self.label_policy,
                 "shared_image_label": self.shared_image_label,
-                "native_iscsi": self.native_iscsi, "native_glusterfs": self.native_glusterfs}
+                "native_iscsi": self.native_iscsi, "native_glusterfs": self.native_glusterfs,
+                "initiator_iqn": self.native_initiator}
+
+
+INITIATOR_NAME_FILE = Path("/etc/iscsi/initiatorname.iscsi")
+
+
+def host_initiator_name(path: Path = INITIATOR_NAME_FILE) -> str | None:
+    """The host's iSCSI initiator name (``InitiatorName=`` of open-iscsi's file), if any."""
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    for line in lines:
+        key, sep, value = line.strip().partition("=")
+        if sep and key.strip() == "InitiatorName" and value.strip():
+            return value.strip()
+    return None

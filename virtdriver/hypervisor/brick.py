@@ -156,11 +156,14 @@ def connect(protocol: str, properties: dict[str, Any], lock_dir: Path,
 
 
 def disconnect(protocol: str, properties: dict[str, Any], device_info: dict[str, Any] | None,
-               lock_dir: Path, **connector_options: Any) -> None:
-    """Disconnect the host side."""
+               lock_dir: Path, *, force: bool = False, **connector_options: Any) -> None:
+    """Disconnect the host side (``force``: also what a failed connect left, errors ignored)."""
     try:
-        connector_for(protocol, lock_dir, **connector_options).disconnect_volume(properties,
-                                                                                 device_info)
+        connector = connector_for(protocol, lock_dir, **connector_options)
+        if force:
+            connector.disconnect_volume(properties, device_info, force=True, ignore_errors=True)
+        else:
+            connector.disconnect_volume(properties, device_info)
     except Exception as exc:
         raise HostConnectFailed(f"os-brick could not disconnect the {protocol} volume",
                                 _describe(exc)) from None

@@ -124,6 +124,12 @@ class HostConnections:
             raise
         return device_info
 
+    def undo_failed_connect(self, protocol: str, properties: dict[str, Any],
+                            **connector_options: Any) -> None:
+        """After os-brick's connect failed: its disconnect, forced, for what it may have left."""
+        brick.disconnect(protocol, properties, None, self.state_dir, force=True,
+                         **connector_options)
+
     def add_secret(self, conn: libvirt.virConnect, volume_id: str, secret: HostSecret) -> None:
         """Define (or refresh) a private libvirt secret for QEMU, recorded for removal."""
         xml = LibvirtSecret(ephemeral="no", private="yes",
