@@ -7,7 +7,7 @@
 
 Each operation is a module of steps: :mod:`~virtdriver.driver.attach` (one guest or many),
 :mod:`~virtdriver.driver.detach` (and releasing a leaked host connection),
-:mod:`~virtdriver.driver.swap` (swap and extend); what they share is
+:mod:`~virtdriver.driver.swap`, :mod:`~virtdriver.driver.extend`; what they share is
 :class:`~virtdriver.driver.host.Host`, configured by one :class:`HostOptions`.
 """
 
@@ -20,6 +20,7 @@ from typing import Any
 from virtdriver.attachment import Attachment
 from virtdriver.driver import attach as attach_steps
 from virtdriver.driver import detach as detach_steps
+from virtdriver.driver import extend as extend_steps
 from virtdriver.driver import migrate as migrate_steps
 from virtdriver.driver import swap as swap_steps
 from virtdriver.driver.host import Host
@@ -153,8 +154,19 @@ class LibvirtVolumeDriver:
 
     def extend_volume(self, instance: str, connection_info: Mapping[str, Any],
                       new_size: int) -> int:
-        """Grow an attached volume; returns the size the guest now sees, in bytes."""
-        return swap_steps.extend(self.hosting, instance, connection_info, new_size)
+        """Grow an attached volume for one guest (read-only attachments too); returns the size
+        its QEMU now shows, in bytes. :class:`~virtdriver.errors.ExtendIncomplete` when it
+        could not be shown the new size."""
+        return extend_steps.extend_one(self.hosting, instance, connection_info, new_size)
+
+    def extend_volume_on_host(self, connection_info: Mapping[str, Any], *,
+                              new_size: int | None = None,
+                              instance: str | None = None) -> extend_steps.ExtendResult:
+        """Grow a volume for every guest on this host that uses it (or only ``instance``), after
+        refreshing the host side once; ``new_size`` defaults to the size the host then sees.
+        The result tells per guest what its QEMU shows (``result.complete``: all of them the
+        new size) and, for any left behind, why and the command that fixes it."""
+        return extend_steps.extend(self.hosting, connection_info, new_size, instance)
 
     # ---- live migration (see virtdriver.driver.migrate) -------------------------------------
 
