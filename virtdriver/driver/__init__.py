@@ -141,16 +141,20 @@ class LibvirtVolumeDriver:
 
     def swap_volume(self, instance: str, old_connection_info: Mapping[str, Any],
                     new_connection_info: Mapping[str, Any], *,
-                    timeout: float | None = None) -> Attachment:
+                    timeout: float | None = None,
+                    progress: Callable[[int, int], None] | None = None) -> Attachment:
         """Move a guest's disk from one volume to another, keeping device and attach mode.
 
         Refused when the old volume is attached read-write to another guest on this host (that
         guest's writes would not follow the copy); a failed swap leaves the guest as it was.
+        ``timeout`` bounds the copy of a running guest's disk (default ``detach_timeout``);
+        ``progress(copied, total)`` hears how far it is, in bytes, a few times a second, and
+        whatever it raises cancels the copy (the guest keeps the old volume).
         """
         wait = self.options.detach_timeout if timeout is None else check_timeout(timeout,
                                                                                  "timeout")
         return swap_steps.swap(self.hosting, instance, old_connection_info, new_connection_info,
-                               wait)
+                               wait, progress)
 
     def extend_volume(self, instance: str, connection_info: Mapping[str, Any],
                       new_size: int) -> int:

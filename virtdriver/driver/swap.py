@@ -12,7 +12,7 @@ for the new one is released.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import libvirt
@@ -38,7 +38,7 @@ from virtdriver.render import build_disk
 
 
 def swap(host: Host, instance: str, old_info: Mapping[str, Any], new_info: Mapping[str, Any],
-         timeout: float) -> Attachment:
+         timeout: float, progress: Callable[[int, int], None] | None = None) -> Attachment:
     options = host.options.render_options()
     old, new = VolumeRequest.parse(old_info, options), VolumeRequest.parse(new_info, options)
     state = host.find(instance)
@@ -67,7 +67,8 @@ def swap(host: Host, instance: str, old_info: Mapping[str, Any], new_info: Mappi
             refuse_attach(new.vid, data_identity(new_disk), new.multiattach, state.uuid,
                           state.name, uses)
             if state.active:
-                _swap_live(host, state.dom, mine[0], new, new_disk, state.persistent, timeout)
+                _swap_live(host, state.dom, mine[0], new, new_disk, state.persistent, timeout,
+                           progress)
             else:
                 _swap_definition(state.dom, old_disk, new_disk)
         except BaseException as exc:
@@ -87,9 +88,10 @@ def swap(host: Host, instance: str, old_info: Mapping[str, Any], new_info: Mappi
 
 
 def _swap_live(host: Host, dom: libvirt.virDomain, old_use: Any, new: VolumeRequest,
-               new_disk: Disk, persistent: bool, timeout: float) -> None:
+               new_disk: Disk, persistent: bool, timeout: float,
+               progress: Callable[[int, int], None] | None) -> None:
     copy_and_pivot(dom, host.connection.events, old_use.disk.target.dev, new_disk.to_xml(),
-                   timeout)
+                   timeout, progress)
     set_note(dom, old_use.device_alias or "", new.vid, source_token(new_disk), live=True,
              persistent=persistent)
 
