@@ -196,11 +196,14 @@ class LibvirtVolumeDriver:
 
     def migrate(self, instance: str, destination: LibvirtVolumeDriver,
                 connection_infos: Sequence[Mapping[str, Any]], *,
-                uri: str | None = None) -> list[str]:
+                uri: str | None = None,
+                progress: Callable[[int, int], None] | None = None) -> list[str]:
         """Live-migrate ``instance`` and its volumes to ``destination`` (all three steps around
-        libvirt's migration); returns the volumes this host keeps connected for other guests."""
+        libvirt's migration); returns the volumes this host keeps connected for other guests.
+        ``progress(processed, total)`` hears how far it is, in bytes; whatever it raises aborts
+        the migration (undone on both hosts as any failed one)."""
         return migrate_steps.migrate(self.hosting, destination.hosting, instance,
-                                     connection_infos, uri=uri)
+                                     connection_infos, uri=uri, progress=progress)
 
     def close(self) -> None:
         self.hosting.close()
