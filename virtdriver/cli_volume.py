@@ -68,9 +68,8 @@ HOW = {"resized": "resized; the guest was told",
        "unchanged": "already this size",
        "at start": "shut off; sees it when it starts",
        "failed": "NOT UP TO DATE"}
-RESCAN = ("* QEMU cannot tell a guest of a read-only disk that it grew (it signals only its own "
-          "resize, which a read-only disk refuses). In a Linux guest, a SCSI disk: "
-          "echo 1 > /sys/class/block/DISK/device/rescan")
+RESCAN = ("* QEMU tells a guest of a size change only after its own resize, which a read-only\n"
+          "  disk refuses. In a Linux guest (a SCSI disk): echo 1 > /sys/class/block/DISK/device/rescan")
 
 
 def _extend(args: argparse.Namespace) -> int:
