@@ -23,7 +23,6 @@ from virtdriver.guests import LoopDevice, query_block, read_pattern, write_patte
 
 from .support.volumes import local_volume
 
-pytestmark = pytest.mark.hypervisor
 MIB = 1 << 20
 
 
@@ -51,6 +50,7 @@ def qemu_size(dom, alias: str) -> int:
 # ---- extend ---------------------------------------------------------------------------------
 
 
+@pytest.mark.hypervisor
 def test_extend_reaches_the_rw_and_the_ro_guest(guests, tmp_path) -> None:
     a, b = guests.start("xa"), guests.start("xb")
     state = tmp_path / "state"
@@ -103,6 +103,7 @@ def test_extend_usage_errors_are_one_line(tmp_path) -> None:
 # ---- swap -----------------------------------------------------------------------------------
 
 
+@pytest.mark.hypervisor
 def test_swap_keeps_the_mode_prints_no_progress_off_a_terminal_and_refuses(guests,
                                                                            tmp_path) -> None:
     a, b = guests.start("sa"), guests.start("sb")
@@ -174,6 +175,7 @@ def bar_percents(output: str) -> list[int]:
     return [int(p) for p in re.findall(r"copying to the new volume:\s+(\d+)%\|", output)]
 
 
+@pytest.mark.hypervisor
 def test_swap_of_1_gib_shows_a_moving_progress_bar_on_a_terminal(guests, tmp_path) -> None:
     dom = guests.start("bar")
     state = tmp_path / "state"
@@ -196,6 +198,7 @@ def test_swap_of_1_gib_shows_a_moving_progress_bar_on_a_terminal(guests, tmp_pat
         assert json.loads(output)["source"] == old_dev.device
 
 
+@pytest.mark.hypervisor
 def test_ctrl_c_during_the_copy_leaves_the_guest_on_the_old_volume(guests, tmp_path) -> None:
     from virtdriver import LibvirtVolumeDriver
 
@@ -228,3 +231,33 @@ def test_ctrl_c_during_the_copy_leaves_the_guest_on_the_old_volume(guests, tmp_p
             assert driver.host.connected() == [old_info["data"]["volume_id"]]  # new released
         finally:
             driver.close()
+
+
+# ---- the result of an extend, without a host ------------------------------------------------
+
+
+def test_a_guest_left_behind_is_named_with_its_size_reason_and_fix() -> None:
+    from virtdriver.driver.extend import ExtendResult, GuestSize
+    from virtdriver.errors import ExtendIncomplete, HostError
+
+    ok = GuestSize("a", "ua", "sda", "rw", True, 64 * MIB, "resized", True)
+    off = GuestSize("c", "uc", "sda", "ro", False, None, "at start", False)
+    behind = GuestSize("b", "ub", "sdb", "ro", True, 32 * MIB, "failed", False,
+                       problem="QEMU cannot read the new size", fix="detach and attach it again")
+    assert ExtendResult("v", 64 * MIB, 64 * MIB, [ok, off]).complete  # shut off: at its start
+    result = ExtendResult("v", 64 * MIB, 64 * MIB, [ok, behind, off])
+    assert not result.complete and result.left_behind() == [behind]
+    error = result.incomplete_error()
+    assert isinstance(error, ExtendIncomplete) and isinstance(error, HostError)
+    assert error.exit_code == 1 and "\n" not in str(error)
+    assert str(error) == (f"volume v was grown to {64 * MIB} bytes, but b shows {32 * MIB} bytes "
+                          "(QEMU cannot read the new size); detach and attach it again")
+    assert result.to_json()["complete"] is False
+
+
+@pytest.mark.parametrize(("text", "size"), [("1073741824", 1 << 30), ("96M", 96 * MIB),
+                                             ("1G", 1 << 30), ("2GiB", 2 << 30), ("512k", 512 << 10)])
+def test_sizes(text: str, size: int) -> None:
+    from virtdriver.cli_volume import size_argument
+
+    assert size_argument(text) == size
