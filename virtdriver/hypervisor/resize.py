@@ -75,9 +75,10 @@ def reopen_storage(dom: libvirt.virDomain, disk: Disk) -> int:
     nodes = {n["node-name"]: n for n in _qmp(dom, "query-named-block-nodes", flat=True)}
     node = nodes.get(storage)
     if node is None or node.get("drv") not in REOPENABLE:
-        kind = node.get("drv") if node else "no separate protocol node"
-        raise HypervisorError(f"QEMU cannot read the new size of read-only {alias} of "
-                              f"{dom.name()} without reopening it ({kind})")
+        kind = f"a QEMU {node.get('drv')} disk" if node else "a disk without a protocol node"
+        raise HypervisorError(f"read-only {alias} of {dom.name()} is {kind}: QEMU reads its size "
+                              "only when it opens it, and virtdriver reopens read-only block "
+                              "devices and files only")
     storage_props, format_props = libvirt_blockdev_props(dom.connect(), disk)
     temporary = "vd-grow-" + secrets.token_hex(6)
     _qmp(dom, "blockdev-add", **dict(storage_props, **{"node-name": temporary}))
