@@ -181,3 +181,39 @@ def test_extend_glusterfs_native(guests, backends, tmp_path) -> None:
                    lambda size: subprocess.run(["qemu-img", "resize", "-q", "-f", "raw",
                                                 url, str(size)], check=True, capture_output=True),
                    file_checks_size=False)
+
+
+def test_cli_extend_names_a_read_only_network_disk_left_behind(guests, backends, tmp_path,
+                                                               tgt_lun) -> None:
+    """QEMU-native iSCSI: the rw guest grows; the ro one's QEMU iscsi node cannot be reopened
+    read-only by virtdriver, so `virtdriver extend` names it, its size and the fix (exit 1)."""
+    import json
+    import sys
+
+    iqn, _, grow = tgt_lun
+    state = tmp_path / "state"
+    vid = str(uuid.uuid4())
+    info = {"driver_volume_type": "iscsi", "serial": vid, "multiattach": True,
+            "data": {"volume_id": vid, "target_iqn": iqn,
+                     "target_portal": backends["VD_ISCSI_PORTAL"], "target_lun": 1}}
+    path = tmp_path / "vol.json"
+    path.write_text(json.dumps(info))
+    driver = LibvirtVolumeDriver("qemu:///system", state_dir=state, native_iscsi=True)
+    a, b = guests.start("na"), guests.start("nb")
+    driver.attach_volume(info, a.name())
+    driver.attach_volume(info, b.name(), attach_mode="ro")
+    try:
+        grow(32 * MIB)
+        done = subprocess.run([sys.executable, "-m", "virtdriver", "--state-dir", str(state),
+                               "extend", str(path), "--size", "32M", "--native-iscsi"],
+                              capture_output=True, text=True, check=False)
+        assert done.returncode == 1, done.stderr
+        assert "NOT UP TO DATE" in done.stdout and "resized" in done.stdout
+        (line,) = done.stderr.splitlines()
+        assert line.startswith(f"virtdriver: error: volume {vid} was grown to {32 * MIB} bytes, "
+                               f"but {b.name()} shows {16 * MIB} bytes")
+        assert f"virtdriver detach {b.name()} {vid} && virtdriver attach {b.name()} {path}" in line
+        assert a.blockInfo("sda")[0] == 32 * MIB and b.blockInfo("sda")[0] == 16 * MIB
+    finally:
+        driver.detach_volume(a.name(), vid)
+        driver.detach_volume(b.name(), vid)

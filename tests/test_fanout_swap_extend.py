@@ -168,3 +168,52 @@ def test_online_extend_grows_what_qemu_reports(guests, volume_driver) -> None:
         assert dom.blockInfo(att.target_dev)[0] == 32 << 20
         with pytest.raises(ExtendRefused, match="shrinking"):
             volume_driver.extend_volume(dom.name(), info, 8 << 20)
+
+
+def test_extend_reaches_every_guest_rw_and_ro(guests, volume_driver) -> None:
+    """A volume rw in A, ro in B and in C (shut off): one extend on the host, every QEMU shows
+    the new size; B's read-only node was opened anew (libvirt refuses to resize it) and B reads
+    what A wrote beyond the old end, and still cannot write."""
+    from virtdriver.guests import ReadOnlyWrite, query_block
+
+    a, b, c = guests.start("ga"), guests.start("gb"), guests.start("gc")
+    with LoopDevice(16 << 20) as loop:
+        info = local_volume(loop.device, multiattach=True)
+        vid, alias = info["data"]["volume_id"], f"ua-{info['data']['volume_id']}"
+        volume_driver.attach_volume(info, a.name(), attach_mode="rw")
+        volume_driver.attach_volume(info, b.name(), attach_mode="ro")
+        volume_driver.attach_volume(info, c.name(), attach_mode="ro")
+        c.destroy()
+        loop.extend(48 << 20)
+        result = volume_driver.extend_volume_on_host(info)  # the size os-brick now sees
+        assert result.complete and result.size == result.host_size == 48 << 20
+        seen = {g.guest: g for g in result.guests}
+        assert (seen[a.name()].how, seen[a.name()].guest_notified) == ("resized", True)
+        assert (seen[b.name()].how, seen[b.name()].guest_notified) == ("reopened", False)
+        assert (seen[c.name()].how, seen[c.name()].running) == ("at start", False)
+        for dom in (a, b):
+            sizes = [e["inserted"]["image"]["virtual-size"] for e in query_block(dom)
+                     if e.get("qdev") == alias]
+            assert sizes == [48 << 20] and dom.blockInfo("sda")[0] == 48 << 20
+        write_pattern(a, alias, 0x5C, offset=40 << 20)
+        assert read_pattern(b, alias, 0x5C, offset=40 << 20)
+        with pytest.raises(ReadOnlyWrite):
+            write_pattern(b, alias, 0x11)
+        again = volume_driver.extend_volume_on_host(info, instance=b.name())
+        assert [g.how for g in again.guests] == ["unchanged"]
+        # libvirt still knows its nodes: detach is clean and leaves nothing in QEMU.
+        volume_driver.detach_volume(b.name(), vid)
+        assert [e for e in query_block(b) if e.get("inserted")] == []
+        volume_driver.detach_volume(a.name(), vid)
+        assert volume_driver.host.connected() == [vid]  # C's definition still has it
+
+
+def test_extend_one_read_only_guest_through_the_compute_api(guests, volume_driver) -> None:
+    dom = guests.start("ro")
+    with LoopDevice(16 << 20) as loop:
+        info = local_volume(loop.device, multiattach=True)
+        volume_driver.attach_volume(info, dom.name(), attach_mode="ro")
+        loop.extend(32 << 20)
+        assert volume_driver.extend_volume(dom.name(), info, 32 << 20) == 32 << 20
+        assert dom.blockInfo("sda")[0] == 32 << 20
+        volume_driver.detach_volume(dom.name(), info["data"]["volume_id"])

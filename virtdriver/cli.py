@@ -19,6 +19,7 @@ from virtdriver.cli_host import DEFAULT_TARGET, add_attach_mode, add_host_option
 from virtdriver.cli_host import add_hypervisor_commands, unit_number
 from virtdriver.cli_migrate import add_migration_commands
 from virtdriver.cli_ops import add_operator_commands as _add_operator_commands
+from virtdriver.cli_volume import add_volume_commands
 from virtdriver.cli_io import UsageError, emit, fail, finish_output, load_connection_info
 from virtdriver.cli_io import output_closed, prepare_output
 from virtdriver.errors import VirtDriverError
@@ -82,7 +83,8 @@ def _add_render(sub: Any) -> None:
 
 
 COMMANDS: list[Callable[[Any], None]] = [_add_render, add_hypervisor_commands,
-                                          _add_operator_commands, add_migration_commands]
+                                          add_volume_commands, _add_operator_commands,
+                                          add_migration_commands]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -121,8 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # a table or message printed to a reader that went away
         fail(output_closed())
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        fail("interrupted")
+    except KeyboardInterrupt as exc:  # cli_progress.Interrupted says what was left as it was
+        fail(f"interrupted: {exc}" if str(exc) else "interrupted")
         return 130
 
 

@@ -20,7 +20,11 @@ def _migrate(args: argparse.Namespace) -> int:
     infos = [load_connection_info(path) for path in args.volume]
     source = driver_for(args)
     destination = LibvirtVolumeDriver(args.to, options=_dest_options(source, args))
-    kept = source.migrate(args.domain, destination, infos, uri=args.migration_uri)
+    from virtdriver.cli_progress import JobProgress  # progress hook (#28): a bar on a terminal
+
+    with JobProgress(f"migrating {args.domain}") as progress:
+        kept = source.migrate(args.domain, destination, infos, uri=args.migration_uri,
+                              progress=progress)
     print(f"Guest {args.domain} migrated to {args.to}")
     for vid in kept:
         print(f"Volume {vid} stays connected on this host: other guests here still use it")

@@ -205,3 +205,8 @@ class MigrationRefused(PolicyRefusal, MigrationFailed):
 
 class ExtendRefused(PolicyRefusal):
     """The new size is smaller than the volume, or the storage has not grown to it."""
+
+
+class ExtendIncomplete(HypervisorError):
+    """The volume grew, but some guest's QEMU still shows the old size; the message names each
+    such guest, why, and the command that brings it up to date."""

@@ -138,3 +138,40 @@ def test_multiattach_two_guests_through_nova_attach_and_detach(compute: Any) -> 
         assert recorder.calls == [inst_b.uuid]
         assert local_users(conn, vid) == []
     plain.close()
+
+
+def test_volume_extended_event_reaches_the_read_only_guest(compute: Any) -> None:
+    """nova's extend_volume (what its volume-extended event runs) for each guest of a shared
+    volume: A (rw) is block-resized, B (ro), which libvirt refuses to resize, is reopened;
+    QEMU's query-block shows the new size for both."""
+    from nova import context as nova_context
+
+    from virtdriver.guests import query_block
+
+    ctx = nova_context.get_admin_context()
+    conn = compute._host.get_connection()
+    plain = libvirt.open("qemu:///system")
+    vid = str(uuid.uuid4())
+    with Guests(conn) as guests, LoopDevice(32 << 20) as loop:
+        dom_a, dom_b = guests.start("nova-xa"), guests.start("nova-xb")
+        inst_a, inst_b = _instance(ctx, dom_a), _instance(ctx, dom_b)
+        info_a = {"driver_volume_type": "local", "serial": vid, "multiattach": True,
+                  "data": {"volume_id": vid, "device_path": loop.device, "access_mode": "rw"}}
+        info_b = {**info_a, "data": {**info_a["data"], "access_mode": "ro"}}
+        for info, inst in ((info_a, inst_a), (info_b, inst_b)):
+            compute.attach_volume(ctx, info, inst, "/dev/sdb", disk_bus="scsi",
+                                  device_type="disk")
+        loop.extend(64 << 20)
+        # nova's local driver has no host-side extend (NotImplementedError); like nova's NFS
+        # driver, the storage already grew: it returns the requested size.
+        vol_driver = compute._get_volume_driver(info_a)
+        vol_driver.extend_volume = lambda connection_info, instance, size: size
+        for info, inst in ((info_a, inst_a), (info_b, inst_b)):
+            compute.extend_volume(ctx, info, inst, 64 << 20)
+        for inst in (inst_a, inst_b):
+            dom = plain.lookupByUUIDString(inst.uuid)
+            assert [e["inserted"]["image"]["virtual-size"] for e in query_block(dom)
+                    if e.get("qdev") == f"ua-{vid}"] == [64 << 20]
+        for info, inst in ((info_a, inst_a), (info_b, inst_b)):
+            compute.detach_volume(ctx, info, inst, "/dev/sdb")
+    plain.close()

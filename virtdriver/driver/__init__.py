@@ -7,7 +7,7 @@
 
 Each operation is a module of steps: :mod:`~virtdriver.driver.attach` (one guest or many),
 :mod:`~virtdriver.driver.detach` (and releasing a leaked host connection),
-:mod:`~virtdriver.driver.swap` (swap and extend); what they share is
+:mod:`~virtdriver.driver.swap`, :mod:`~virtdriver.driver.extend`; what they share is
 :class:`~virtdriver.driver.host.Host`, configured by one :class:`HostOptions`.
 """
 
@@ -20,6 +20,7 @@ from typing import Any
 from virtdriver.attachment import Attachment
 from virtdriver.driver import attach as attach_steps
 from virtdriver.driver import detach as detach_steps
+from virtdriver.driver import extend as extend_steps
 from virtdriver.driver import migrate as migrate_steps
 from virtdriver.driver import swap as swap_steps
 from virtdriver.driver.host import Host
@@ -141,21 +142,36 @@ class LibvirtVolumeDriver:
 
     def swap_volume(self, instance: str, old_connection_info: Mapping[str, Any],
                     new_connection_info: Mapping[str, Any], *,
-                    timeout: float | None = None) -> Attachment:
+                    timeout: float | None = None,
+                    progress: Callable[[int, int], None] | None = None) -> Attachment:
         """Move a guest's disk from one volume to another, keeping device and attach mode.
 
         Refused when the old volume is attached read-write to another guest on this host (that
         guest's writes would not follow the copy); a failed swap leaves the guest as it was.
+        ``timeout`` bounds the copy of a running guest's disk (default ``detach_timeout``);
+        ``progress(copied, total)`` hears how far it is, in bytes, a few times a second, and
+        whatever it raises cancels the copy (the guest keeps the old volume).
         """
         wait = self.options.detach_timeout if timeout is None else check_timeout(timeout,
                                                                                  "timeout")
         return swap_steps.swap(self.hosting, instance, old_connection_info, new_connection_info,
-                               wait)
+                               wait, progress)
 
     def extend_volume(self, instance: str, connection_info: Mapping[str, Any],
                       new_size: int) -> int:
-        """Grow an attached volume; returns the size the guest now sees, in bytes."""
-        return swap_steps.extend(self.hosting, instance, connection_info, new_size)
+        """Grow an attached volume for one guest (read-only attachments too); returns the size
+        its QEMU now shows, in bytes. :class:`~virtdriver.errors.ExtendIncomplete` when it
+        could not be shown the new size."""
+        return extend_steps.extend_one(self.hosting, instance, connection_info, new_size)
+
+    def extend_volume_on_host(self, connection_info: Mapping[str, Any], *,
+                              new_size: int | None = None,
+                              instance: str | None = None) -> extend_steps.ExtendResult:
+        """Grow a volume for every guest on this host that uses it (or only ``instance``), after
+        refreshing the host side once; ``new_size`` defaults to the size the host then sees.
+        The result tells per guest what its QEMU shows (``result.complete``: all of them the
+        new size) and, for any left behind, why and the command that fixes it."""
+        return extend_steps.extend(self.hosting, connection_info, new_size, instance)
 
     # ---- live migration (see virtdriver.driver.migrate) -------------------------------------
 
@@ -181,11 +197,14 @@ class LibvirtVolumeDriver:
 
     def migrate(self, instance: str, destination: LibvirtVolumeDriver,
                 connection_infos: Sequence[Mapping[str, Any]], *,
-                uri: str | None = None) -> list[str]:
+                uri: str | None = None,
+                progress: Callable[[int, int], None] | None = None) -> list[str]:
         """Live-migrate ``instance`` and its volumes to ``destination`` (all three steps around
-        libvirt's migration); returns the volumes this host keeps connected for other guests."""
+        libvirt's migration); returns the volumes this host keeps connected for other guests.
+        ``progress(processed, total)`` hears how far it is, in bytes; whatever it raises aborts
+        the migration (undone on both hosts as any failed one)."""
         return migrate_steps.migrate(self.hosting, destination.hosting, instance,
-                                     connection_infos, uri=uri)
+                                     connection_infos, uri=uri, progress=progress)
 
     def close(self) -> None:
         self.hosting.close()

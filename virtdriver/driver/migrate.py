@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import libvirt
@@ -28,6 +28,7 @@ from virtdriver.errors import HostConnectFailed, MigrationFailed, MigrationRefus
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.dataid import data_identity
 from virtdriver.hypervisor.hostconn import HostRecord
+from virtdriver.hypervisor.jobwatch import watching
 from virtdriver.hypervisor.usage import DomainState
 from virtdriver.policy import check_attach_mode
 from virtdriver.policy.identity import (
@@ -221,13 +222,14 @@ def leaving_volumes(state: DomainState) -> dict[str, str]:
 
 def migrate(source: Host, destination: Host, instance: str,
             connection_infos: Sequence[Mapping[str, Any]], *, uri: str | None = None,
-            flags: int = 0) -> list[str]:
+            flags: int = 0, progress: Callable[[int, int], None] | None = None) -> list[str]:
     """Live-migrate ``instance`` from ``source`` to ``destination`` with its volumes.
 
     ``connection_infos`` are the volumes' connection info *for the destination*. Returns the
     volumes whose host side the source kept (another guest there still uses them). A failure
     leaves both hosts as they were: the guest runs on the source, the destination released
-    what was prepared.
+    what was prepared. ``progress(processed, total)`` hears how far libvirt's migration is, in
+    bytes (:func:`virtdriver.hypervisor.jobwatch.watching`); whatever it raises aborts it.
     """
     dom = source.connection.domain(instance)
     state = source.state(dom)
@@ -248,7 +250,8 @@ def migrate(source: Host, destination: Host, instance: str,
         if state.persistent:
             flags |= libvirt.VIR_MIGRATE_PERSIST_DEST | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE
         try:
-            dom.migrate3(destination.connection.get(), params, flags)
+            with watching(dom, progress):  # progress hook (#28)
+                dom.migrate3(destination.connection.get(), params, flags)
         except libvirt.libvirtError as exc:
             raise MigrationFailed(f"libvirt could not migrate {state.name}; it still runs on the "
                                   "source", libvirt_message(exc)) from None

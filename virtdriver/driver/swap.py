@@ -1,4 +1,4 @@
-"""Swap and extend as steps.
+"""Swap as steps (extend: :mod:`virtdriver.driver.extend`).
 
 Swap moves a guest's disk from one volume to another keeping device and attach mode: under both
 volumes' and both data's locks, the policy is asked first (:func:`refuse_swap` for the old
@@ -12,8 +12,7 @@ for the new one is released.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import libvirt
@@ -24,14 +23,10 @@ from virtdriver.driver.detach import not_attached_message
 from virtdriver.driver.host import LOG, Host
 from virtdriver.driver.request import VolumeRequest
 from virtdriver.errors import (
-    ExtendRefused,
-    HypervisorError,
-    InvalidRequest,
     NotAttached,
     SwapFailed,
     VirtDriverError,
 )
-from virtdriver.hypervisor import brick
 from virtdriver.hypervisor.blockcopy import copy_and_pivot
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.dataid import data_identity, identity_token
@@ -43,7 +38,7 @@ from virtdriver.render import build_disk
 
 
 def swap(host: Host, instance: str, old_info: Mapping[str, Any], new_info: Mapping[str, Any],
-         timeout: float) -> Attachment:
+         timeout: float, progress: Callable[[int, int], None] | None = None) -> Attachment:
     options = host.options.render_options()
     old, new = VolumeRequest.parse(old_info, options), VolumeRequest.parse(new_info, options)
     state = host.find(instance)
@@ -72,7 +67,8 @@ def swap(host: Host, instance: str, old_info: Mapping[str, Any], new_info: Mappi
             refuse_attach(new.vid, data_identity(new_disk), new.multiattach, state.uuid,
                           state.name, uses)
             if state.active:
-                _swap_live(host, state.dom, mine[0], new, new_disk, state.persistent, timeout)
+                _swap_live(host, state.dom, mine[0], new, new_disk, state.persistent, timeout,
+                           progress)
             else:
                 _swap_definition(state.dom, old_disk, new_disk)
         except BaseException as exc:
@@ -92,9 +88,10 @@ def swap(host: Host, instance: str, old_info: Mapping[str, Any], new_info: Mappi
 
 
 def _swap_live(host: Host, dom: libvirt.virDomain, old_use: Any, new: VolumeRequest,
-               new_disk: Disk, persistent: bool, timeout: float) -> None:
+               new_disk: Disk, persistent: bool, timeout: float,
+               progress: Callable[[int, int], None] | None) -> None:
     copy_and_pivot(dom, host.connection.events, old_use.disk.target.dev, new_disk.to_xml(),
-                   timeout)
+                   timeout, progress)
     set_note(dom, old_use.device_alias or "", new.vid, source_token(new_disk), live=True,
              persistent=persistent)
 
@@ -119,53 +116,3 @@ def _render_like(host: Host, request: VolumeRequest, old: Disk, alias: str) -> D
                       bus=(target.bus if target else None) or "scsi",
                       device=old.device or "disk", scsi_unit=unit, alias=alias,
                       **host.render_kwargs())
-
-
-def extend(host: Host, instance: str, connection_info: Mapping[str, Any], new_size: int) -> int:
-    """Grow an attached volume: os-brick's extend where the connector has one, then tell QEMU
-    (block resize). Returns the size the guest now sees, in bytes."""
-    request = VolumeRequest.parse(connection_info, host.options.render_options())
-    if isinstance(new_size, bool) or not isinstance(new_size, int) or new_size <= 0:
-        raise InvalidRequest(f"new size {new_size!r} is not a positive number of bytes")
-    refusal = request.driver.extend_refusal(request.options)
-    if refusal is not None:
-        raise ExtendRefused(f"volume {request.vid} cannot be extended while attached: {refusal}")
-    with host.lock([request.vid], request.lock_data(), "extend"):
-        state = host.find(instance)
-        uses = [u for u in state.disks if u.volume == request.vid and u.live]
-        if not uses:
-            raise NotAttached(f"volume {request.vid} is not attached to a running {state.name}")
-        target = uses[0].device
-        dom = state.dom
-        try:
-            current = dom.blockInfo(target)[0]
-        except libvirt.libvirtError as exc:
-            raise HypervisorError(f"cannot read the size of {target}",
-                                  libvirt_message(exc)) from None
-        if new_size < current:
-            raise ExtendRefused(f"volume {request.vid} is {current} bytes; shrinking it to "
-                                f"{new_size} would destroy data")
-        grown = None
-        if request.protocol is not None:
-            grown = brick.extend(request.protocol, dict(request.data), host.options.state_dir,
-                                 **request.driver.connector_options(request.options))
-        source = uses[0].disk.source
-        if grown is None and source is not None and source.file:
-            grown = _file_size(source.file)  # a file on a share: QEMU would grow it itself
-        if grown is not None and grown < new_size:
-            raise ExtendRefused(f"the host sees volume {request.vid} at {grown} bytes, less "
-                                f"than {new_size}: extend it on the storage side first")
-        try:
-            dom.blockResize(target, new_size, libvirt.VIR_DOMAIN_BLOCK_RESIZE_BYTES)
-            return int(dom.blockInfo(target)[0])
-        except libvirt.libvirtError as exc:
-            raise HypervisorError(f"QEMU refused to resize {target} of {state.name}",
-                                  libvirt_message(exc)) from None
-
-
-def _file_size(path: str) -> int | None:
-    """The size of a volume's file as this host sees it (``None``: not visible here)."""
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return None

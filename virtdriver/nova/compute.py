@@ -13,7 +13,10 @@ names this class (``nova_namespace/`` in the source tree). Three places differ f
 - whether the host connection of a volume may be torn down after a detach is answered from
   libvirt's live state: it is kept while any other guest on this host still has a disk carrying
   the volume's alias (``ua-`` and the encoded id), running or defined -- not from the block-storage
-  service's attachment list and nova's database, which lag behind or miss guests.
+  service's attachment list and nova's database, which lag behind or miss guests;
+- a volume-extended event reaches a read-only attachment too: libvirt refuses to block-resize a
+  read-only disk, so its QEMU node is opened anew at the new size instead
+  (:func:`virtdriver.hypervisor.resize.resize_disk`, as ``virtdriver extend`` does).
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from nova.virt.libvirt import driver as nova_driver
 from nova.virt.libvirt.volume import fs
 from os_brick import exception as brick_exception
 
-from virtdriver.hypervisor.usage import DiskUse, host_state
+from virtdriver.hypervisor.resize import resize_disk
+from virtdriver.hypervisor.usage import DiskUse, DomainState, host_state
 from virtdriver.nova.adapters import NOVA_DRIVER_CLASSES
 
 LOG = logging.getLogger(__name__)
@@ -88,3 +92,18 @@ class LibvirtDriver(nova_driver.LibvirtDriver):
                      volume_id, ", ".join(others))
             return False
         return True
+
+    def _resize_attached_volume(self, new_size, block_device,
+                                instance):  # type: ignore[no-untyped-def]
+        # nova resizes through libvirt, which refuses a read-only disk; virtdriver's resize
+        # handles both modes (see virtdriver.hypervisor.resize).
+        dom = block_device._guest._domain
+        disk = next((u.disk for u in DomainState.read(dom).disks if u.live and (
+            u.device == block_device._disk or (u.disk.source is not None and block_device._disk
+                                               in (u.disk.source.dev, u.disk.source.file)))),
+                    None)
+        if disk is None or not disk.readonly:
+            return super()._resize_attached_volume(new_size, block_device, instance)
+        LOG.debug("instance %s: reopening read-only device %s at %u bytes", instance.uuid,
+                  block_device._disk, new_size)
+        resize_disk(dom, disk, new_size)
