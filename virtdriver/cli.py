@@ -76,7 +76,7 @@ def _add_render(sub: Any) -> None:
                    help="SCSI unit (drive address)")
     p.add_argument("--luks-secret-uuid", metavar="UUID",
                    help="libvirt secret holding the LUKS passphrase")
-    add_host_options(p)
+    add_host_options(p, locks=False)
     p.set_defaults(func=_render)
 
 
@@ -146,6 +146,8 @@ def _quiet_logging() -> None:
         handler.setFormatter(_OneLineFormatter("virtdriver: %(message)s"))
         logging.getLogger().addHandler(handler)
         logging.getLogger().setLevel(logging.ERROR)
+        # A wait for another operation's lock is said as it happens (see hypervisor.locks).
+        logging.getLogger("virtdriver.locks").setLevel(logging.WARNING)
 
 
 def exit_code(exc: VirtDriverError) -> int:

@@ -21,7 +21,25 @@ def add_attach_mode(p: argparse.ArgumentParser) -> None:
                    help="attach read-only (ro) or read-write (rw, the default)")
 
 
-def add_host_options(p: argparse.ArgumentParser) -> None:
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return value
+
+
+def add_lock_timeout(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lock-timeout", type=seconds, metavar="S",
+                   help="seconds to wait for another operation on the same volume (default "
+                        "300); a wait of more than 2 s is said on stderr")
+
+
+def add_host_options(p: argparse.ArgumentParser, *, locks: bool = True) -> None:
+    if locks:  # render takes no lock
+        add_lock_timeout(p)
     p.add_argument("--mount-base", metavar="DIR", help="where shares are mounted (nfs, ...)")
     p.add_argument("--label-policy", default="auto", choices=("auto", "explicit", "none"),
                    help="per-disk security labels (default: auto, left to libvirt)")
@@ -47,7 +65,9 @@ def driver_for(args: argparse.Namespace) -> Any:
                                label_policy=getattr(args, "label_policy", "auto"),
                                shared_image_label=getattr(args, "shared_image_label", None),
                                native_iscsi=getattr(args, "native_iscsi", False),
-                               native_glusterfs=getattr(args, "native_glusterfs", False))
+                               native_glusterfs=getattr(args, "native_glusterfs", False),
+                               **({"lock_timeout": args.lock_timeout}
+                                  if getattr(args, "lock_timeout", None) else {}))
 
 
 def _print_table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> None:
@@ -192,6 +212,7 @@ def add_hypervisor_commands(sub: Any) -> None:
     p.add_argument("domain", metavar="DOMAIN", help="guest name or UUID")
     p.add_argument("volume_id", metavar="VOLUME_ID")
     p.add_argument("--timeout", type=float, metavar="S", help="seconds to wait (default 30)")
+    add_lock_timeout(p)
     p.set_defaults(func=_detach)
 
     p = sub.add_parser(
@@ -202,6 +223,7 @@ def add_hypervisor_commands(sub: Any) -> None:
                     "reports such a leak). Refused while any guest uses the volume.",
         epilog="example:\n  virtdriver release 4f1c2b7e-9d1a-4c55-8e0b-2f3a4b5c6d7e")
     p.add_argument("volume_id", metavar="VOLUME_ID")
+    add_lock_timeout(p)
     p.set_defaults(func=_release)
 
     p = sub.add_parser("list", help="list a guest's volume attachments", formatter_class=raw,

@@ -171,7 +171,8 @@ def _attach_guest(host: Host, request: VolumeRequest, target: Target, placement:
     # Volume locks do not stop two volumes being attached to one guest at once: choosing a free
     # target and attaching are serialized per guest. The disks read with the host are still
     # current unless another attach raised the guest's generation meanwhile.
-    with guest_lock(host.options.lock_dir, target.uuid) as guest:
+    with guest_lock(host.options.lock_dir, target.uuid, timeout=host.options.lock_timeout,
+                    notice_after=host.options.lock_notice_after) as guest:
         domain = target.domain
         if guest.generation != target.generation:
             try:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from virtdriver.errors import InvalidRenderOption, show
-from virtdriver.hypervisor.locks import DEFAULT_TIMEOUT
+from virtdriver.hypervisor.locks import DEFAULT_TIMEOUT, NOTICE_AFTER
 from virtdriver.volume.base import RenderOptions
 
 DEFAULT_STATE_DIR = Path("/var/lib/virtdriver")
@@ -35,6 +35,7 @@ class HostOptions:
     shared_image_label: str | None = None
     detach_timeout: float = 30.0
     lock_timeout: float = DEFAULT_TIMEOUT
+    lock_notice_after: float = NOTICE_AFTER  # a longer wait for a lock is said (a warning)
     native_iscsi: bool = False
     native_glusterfs: bool = False
 
@@ -44,6 +45,7 @@ class HostOptions:
                            str(self.mount_base) if self.mount_base else str(self.state_dir / "mnt"))
         check_timeout(self.detach_timeout, "detach_timeout")
         check_timeout(self.lock_timeout, "lock_timeout")
+        check_timeout(self.lock_notice_after, "lock_notice_after")
 
     @property
     def lock_dir(self) -> Path:
