@@ -97,6 +97,15 @@ def _attach(args: argparse.Namespace) -> int:
     return 0
 
 
+def outcome_word(outcome: object) -> str:
+    """One guest's outcome in an attach-many, in a word or two."""
+    from virtdriver.errors import AttachRolledBack
+
+    if isinstance(outcome, AttachRolledBack):
+        return "rolled back"
+    return "failed" if isinstance(outcome, Exception) else "attached"
+
+
 class Progress:
     """A progress bar on a terminal, one plain line per step otherwise (both on stderr)."""
 
@@ -107,7 +116,6 @@ class Progress:
 
     def step(self, name: str, outcome: object) -> None:
         self.done += 1
-        ok = not isinstance(outcome, Exception)
         if self.tty:
             width = 30
             filled = width * self.done // self.total
@@ -116,8 +124,7 @@ class Progress:
             if self.done == self.total:
                 self.stream.write("\n")
         else:
-            self.stream.write(f"{self.done}/{self.total} {name}: "
-                              f"{'attached' if ok else 'failed'}\n")
+            self.stream.write(f"{self.done}/{self.total} {name}: {outcome_word(outcome)}\n")
         self.stream.flush()
 
 

@@ -163,6 +163,11 @@ class AttachFailed(HypervisorError):
     """Attaching failed; everything done on the way was undone."""
 
 
+class AttachRolledBack(AttachFailed):
+    """A guest took the disk, and it was removed again because the attach failed elsewhere
+    (only reported per guest, to an attach-many's progress; the call raises the failure)."""
+
+
 class InvalidAttachRequest(InvalidRequest, AttachFailed):
     """An attach request that names no guest, or one guest twice (bad input, exit 2)."""
 

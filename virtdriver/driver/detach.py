@@ -114,14 +114,16 @@ def detach_live(host: Host, dom: libvirt.virDomain, disk: Disk, alias: str,
                             f"{timeout:g} s; it stays attached (retry the detach later)")
 
 
-def undo_attach(host: Host, dom: libvirt.virDomain, alias: str) -> None:
-    """Remove whatever part of a failed attach made it into the guest (the disk with ``alias``)."""
+def undo_attach(host: Host, dom: libvirt.virDomain, alias: str) -> bool:
+    """Remove whatever part of a failed attach made it into the guest (the disk with ``alias``);
+    ``False`` when some of it could not be removed (logged)."""
     try:
         uses = host.state(dom).disks
     except HypervisorError:
         if exists(dom):
             raise
-        return  # the guest vanished (a destroyed transient guest): nothing left to undo
+        return True  # the guest vanished (a destroyed transient guest): nothing left to undo
+    undone = True
     for use in sorted(uses, key=lambda u: not u.live):
         if use.device_alias != alias:
             continue
@@ -132,6 +134,8 @@ def undo_attach(host: Host, dom: libvirt.virDomain, alias: str) -> None:
                 dom.detachDeviceFlags(use.disk.to_xml(), libvirt.VIR_DOMAIN_AFFECT_CONFIG)
         except (libvirt.libvirtError, VirtDriverError) as exc:
             LOG.error("could not undo the attach of %s to %s: %s", alias, dom.name(), exc)
+            undone = False
+    return undone
 
 
 def release(host: Host, volume_id: str) -> bool:
