@@ -15,6 +15,7 @@ from virtdriver.config import Disk
 from virtdriver.driver.host import Host
 from virtdriver.driver.request import copy_info
 from virtdriver.errors import (
+    DamagedRecord,
     DetachFailed,
     DetachTimeout,
     HypervisorError,
@@ -50,10 +51,14 @@ def detach(host: Host, instance: str, volume_id: str, timeout: float,
             props = dict(copy_info(connection_info)["data"]) if connection_info else None
             try:
                 users = host.release_unless_used(volume_id, data, props)
-            except VirtDriverError as exc:  # the disk is gone: the detach itself succeeded
+            except DamagedRecord as exc:  # the disk is gone: the detach itself succeeded
+                LOG.error("volume %s was detached from %s, but its host connection was not "
+                          "released: %s", volume_id, state.name, exc)
+                return
+            except VirtDriverError as exc:
                 LOG.error("volume %s was detached from %s, but its host connection could not be "
-                          "released (%s); 'virtdriver audit' shows it and 'virtdriver release "
-                          "%s' retries", volume_id, state.name, exc, volume_id)
+                          "released (%s); retry with 'virtdriver release %s'", volume_id,
+                          state.name, exc, volume_id)
                 return
             if users:
                 LOG.info("volume %s stays connected on this host: still used by %s", volume_id,
