@@ -108,6 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     _quiet_logging()
     try:
         prepare_output()
+        if argv is not None and (isinstance(argv, (str, bytes)) or not isinstance(argv, Sequence)
+                                 or not all(isinstance(a, str) for a in argv)):
+            raise UsageError(f"arguments: {type(argv).__name__} {str(argv)[:60]!r} is not a "
+                             "list of strings")
         args = build_parser().parse_args(argv)
         code = int(args.func(args))
         finish_output()

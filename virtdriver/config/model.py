@@ -135,11 +135,17 @@ class Element:
     @classmethod
     def from_xml(cls: type[E], text: str | bytes, *, strict: bool = True) -> E:
         """Read XML text whose root is this element."""
+        if not isinstance(strict, bool):
+            raise InvalidXMLValue(f"strict: {strict!r:.40} is not true or false")
         return cls.from_element(parse_xml(text), strict=strict)
 
     @classmethod
     def from_element(cls: type[E], node: etree._Element, *, strict: bool = True) -> E:
         """Read an lxml element into this class."""
+        if not isinstance(strict, bool):
+            raise InvalidXMLValue(f"strict: {strict!r:.40} is not true or false")
+        if not isinstance(node, etree._Element):
+            raise InvalidXMLValue(f"node: a {type(node).__name__} is not an lxml element")
         if node.tag != cls.TAG:
             raise UndeclaredXML(f"expected <{cls.TAG}>, found <{node.tag}>")
         return read(cls, node, strict, cls.TAG)  # type: ignore[no-any-return]

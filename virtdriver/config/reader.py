@@ -61,7 +61,7 @@ def parse_xml(text: str | bytes) -> etree._Element:
         except UnicodeEncodeError:
             raise MalformedXML("malformed XML: the text holds a lone surrogate") from None
     elif not isinstance(text, (bytes, bytearray)):
-        raise MalformedXML(f"expected XML text (str or bytes), got {type(text).__name__}")
+        raise MalformedXML(f"text: a {type(text).__name__} is not XML text (str or bytes)")
     try:
         return etree.fromstring(bytes(text), _PARSER)
     except etree.XMLSyntaxError as exc:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from virtdriver import arguments
 from virtdriver.attachment import Attachment
 from virtdriver.driver import attach as attach_steps
 from virtdriver.driver import detach as detach_steps
@@ -29,6 +30,7 @@ from virtdriver.hypervisor.capabilities import host_capabilities
 from virtdriver.hypervisor.mounts import ensure_shared
 from virtdriver.hypervisor.usage import DiskUse
 from virtdriver.policy import check_attach_mode
+from virtdriver.policy.identity import check_instance, check_requested_volume_id
 
 __all__ = ["DEFAULT_STATE_DIR", "HostOptions", "LibvirtVolumeDriver"]
 
@@ -43,6 +45,9 @@ class LibvirtVolumeDriver:
 
     def __init__(self, uri: str = "qemu:///system", *, options: HostOptions | None = None,
                  state_dir: str | Path = DEFAULT_STATE_DIR, **host_options: Any) -> None:
+        arguments.text(uri, "uri")
+        arguments.instance_of(options, HostOptions, "options", "a HostOptions", optional=True)
+        arguments.path(state_dir, "state_dir")
         self.options = options or HostOptions(state_dir=Path(state_dir), **host_options)
         self.uri = uri
         self.hosting = Host(uri, self.options)
@@ -65,6 +70,7 @@ class LibvirtVolumeDriver:
 
     def list_attachments(self, instance: str) -> list[Attachment]:
         """The volumes attached to a guest (live state for a running guest)."""
+        check_instance(instance)
         found: dict[str, Attachment] = {}
         for use in self.hosting.find(instance).disks:
             att = Attachment.from_use(use)
@@ -74,14 +80,18 @@ class LibvirtVolumeDriver:
 
     def volume_users(self, volume: str) -> list[DiskUse]:
         """Every disk on this host that is ``volume`` (a volume id)."""
+        check_requested_volume_id(volume, "volume")
         return [u for s in self.hosting.states() for u in s.disks if u.volume == volume]
 
     def connector_properties(self, attach_mode: str = "rw", *, my_ip: str = "127.0.0.1",
                              multipath: bool = False) -> dict[str, Any]:
         """os-brick's host connector properties plus ``mode``, for the storage service."""
+        mode = check_attach_mode(attach_mode)
+        arguments.text(my_ip, "my_ip")
+        arguments.flag(multipath, "multipath")
         props = brick.connector_properties(self.options.state_dir, my_ip=my_ip,
                                            multipath=multipath)
-        props["mode"] = check_attach_mode(attach_mode)
+        props["mode"] = mode
         return props
 
     def capabilities(self) -> dict[str, Any]:
@@ -99,6 +109,8 @@ class LibvirtVolumeDriver:
         Anything that fails is undone, the host connect included unless another local guest
         still uses the volume.
         """
+        arguments.mapping(connection_info, "connection_info")
+        check_instance(instance)
         placement = attach_steps.Placement(check_attach_mode(attach_mode), target_dev, bus,
                                            device, luks_secret_uuid)
         return attach_steps.attach(self.hosting, connection_info, [instance], [placement])[0]
@@ -115,7 +127,14 @@ class LibvirtVolumeDriver:
         failed and why. ``attach_mode`` is one mode for all, or a mapping of instance to mode.
         ``progress`` hears of each guest once the outcome of the whole call is known.
         """
-        instances = list(instances)
+        arguments.mapping(connection_info, "connection_info")
+        instances = [check_instance(i, f"instances[{n}]")
+                     for n, i in enumerate(arguments.sequence(instances, "instances",
+                                                              lambda v, _: v))]
+        arguments.function(progress, "progress", optional=True)
+        arguments.whole(max_parallel, "max_parallel", minimum=1)
+        if not isinstance(attach_mode, (str, Mapping)):
+            check_attach_mode(attach_mode)
         placements = [attach_steps.Placement(check_attach_mode(
             attach_mode.get(i, "rw") if isinstance(attach_mode, Mapping) else attach_mode,
             f"attach_mode[{i}]")) for i in instances]
@@ -129,6 +148,10 @@ class LibvirtVolumeDriver:
         Waits for libvirt's device-removed event (``timeout`` seconds, default the driver's
         ``detach_timeout``); :class:`~virtdriver.errors.DetachTimeout` leaves it in place.
         """
+        check_instance(instance)
+        check_requested_volume_id(volume_id)
+        if connection_info is not None:
+            arguments.mapping(connection_info, "connection_info")
         wait = self.options.detach_timeout if timeout is None else check_timeout(timeout,
                                                                                  "timeout")
         detach_steps.detach(self.hosting, instance, volume_id, wait, connection_info)
@@ -136,6 +159,7 @@ class LibvirtVolumeDriver:
     def release_volume(self, volume_id: str) -> bool:
         """Release a volume's recorded host connection that no guest on this host uses (after a
         guest vanished behind the driver's back); ``False`` when nothing was recorded."""
+        check_requested_volume_id(volume_id)
         return detach_steps.release(self.hosting, volume_id)
 
     def swap_volume(self, instance: str, old_connection_info: Mapping[str, Any],
@@ -146,6 +170,9 @@ class LibvirtVolumeDriver:
         Refused when the old volume is attached read-write to another guest on this host (that
         guest's writes would not follow the copy); a failed swap leaves the guest as it was.
         """
+        check_instance(instance)
+        arguments.mapping(old_connection_info, "old_connection_info")
+        arguments.mapping(new_connection_info, "new_connection_info")
         wait = self.options.detach_timeout if timeout is None else check_timeout(timeout,
                                                                                  "timeout")
         return swap_steps.swap(self.hosting, instance, old_connection_info, new_connection_info,
@@ -154,6 +181,9 @@ class LibvirtVolumeDriver:
     def extend_volume(self, instance: str, connection_info: Mapping[str, Any],
                       new_size: int) -> int:
         """Grow an attached volume; returns the size the guest now sees, in bytes."""
+        check_instance(instance)
+        arguments.mapping(connection_info, "connection_info")
+        arguments.whole(new_size, "new_size", minimum=1)
         return swap_steps.extend(self.hosting, instance, connection_info, new_size)
 
     # ---- live migration (see virtdriver.driver.migrate) -------------------------------------
@@ -162,20 +192,29 @@ class LibvirtVolumeDriver:
                          attach_mode: str = "rw") -> None:
         """On the destination: connect the volume for ``instance`` before it arrives by live
         migration; it counts as a user of the volume here from now on."""
+        arguments.mapping(connection_info, "connection_info")
+        check_instance(instance)
         migrate_steps.prepare_incoming(self.hosting, connection_info, instance, attach_mode)
 
     def incoming_xml(self, domain_xml: str,
                      connection_infos: Sequence[Mapping[str, Any]]) -> str:
         """On the destination: the guest's domain XML with its volumes rendered for this host."""
+        if not isinstance(domain_xml, (str, bytes, bytearray)):
+            arguments.text(domain_xml, "domain_xml")
+        arguments.mappings(connection_infos, "connection_infos")
         return migrate_steps.incoming_xml(self.hosting, domain_xml, connection_infos)
 
     def abort_incoming(self, instance: str, volume_id: str) -> bool:
         """On the destination, after a failed migration: undo :meth:`prepare_incoming`."""
+        check_instance(instance)
+        check_requested_volume_id(volume_id)
         return migrate_steps.abort_incoming(self.hosting, instance, volume_id)
 
     def finish_outgoing(self, instance: str, volume_id: str) -> list[str]:
         """On the source, once ``instance`` left: release the volume's host side unless another
         guest here uses it; returns the guests that still do."""
+        check_instance(instance)
+        check_requested_volume_id(volume_id)
         return migrate_steps.finish_outgoing(self.hosting, instance, volume_id)
 
     def migrate(self, instance: str, destination: LibvirtVolumeDriver,
@@ -183,6 +222,11 @@ class LibvirtVolumeDriver:
                 uri: str | None = None) -> list[str]:
         """Live-migrate ``instance`` and its volumes to ``destination`` (all three steps around
         libvirt's migration); returns the volumes this host keeps connected for other guests."""
+        check_instance(instance)
+        arguments.instance_of(destination, LibvirtVolumeDriver, "destination",
+                              "a LibvirtVolumeDriver")
+        arguments.mappings(connection_infos, "connection_infos")
+        arguments.text(uri, "uri", optional=True)
         return migrate_steps.migrate(self.hosting, destination.hosting, instance,
                                      connection_infos, uri=uri)
 

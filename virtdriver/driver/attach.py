@@ -16,6 +16,7 @@ from typing import Any
 
 import libvirt
 
+from virtdriver import arguments
 from virtdriver.attachment import Attachment
 from virtdriver.driver.detach import undo_attach
 from virtdriver.driver.host import Host
@@ -25,6 +26,7 @@ from virtdriver.errors import (
     AttachRolledBack,
     HypervisorError,
     InvalidAttachRequest,
+    InvalidRenderOption,
     VirtDriverError,
 )
 from virtdriver.hypervisor.connection import libvirt_message
@@ -51,6 +53,11 @@ class Placement:
     bus: str | None = None
     device: str = "disk"
     luks_secret_uuid: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("target_dev", "bus", "device", "luks_secret_uuid"):
+            arguments.text(getattr(self, name), name, InvalidRenderOption,
+                           optional=name != "device")
 
 
 @dataclasses.dataclass(frozen=True)

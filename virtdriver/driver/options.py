@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from virtdriver import arguments
 from virtdriver.errors import InvalidRenderOption, show
 from virtdriver.hypervisor.locks import DEFAULT_TIMEOUT, NOTICE_AFTER
 from virtdriver.volume.base import RenderOptions
@@ -40,6 +41,13 @@ class HostOptions:
     native_glusterfs: bool = False
 
     def __post_init__(self) -> None:
+        arguments.path(self.state_dir, "state_dir", InvalidRenderOption)
+        arguments.path(self.mount_base, "mount_base", InvalidRenderOption, optional=True)
+        for name in ("label_policy", "shared_image_label"):
+            arguments.text(getattr(self, name), name, InvalidRenderOption,
+                           optional=name == "shared_image_label")
+        for name in ("native_iscsi", "native_glusterfs"):
+            arguments.flag(getattr(self, name), name, InvalidRenderOption)
         object.__setattr__(self, "state_dir", Path(self.state_dir))
         object.__setattr__(self, "mount_base",
                            str(self.mount_base) if self.mount_base else str(self.state_dir / "mnt"))
