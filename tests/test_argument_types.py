@@ -210,3 +210,8 @@ def test_the_valid_arguments_of_the_table_are_valid(driver) -> None:
     """The table's own valid values pass the type checks (so each case tests one argument)."""
     build_disk(**{k: v for k, (v, _) in BUILD_DISK[1].items()})
     HostOptions(**{k: v for k, (v, _) in HOST_OPTIONS[1].items()})
+
+
+def test_an_unknown_host_option_is_named() -> None:
+    with pytest.raises(InputError, match="^lock_timout: not a host option"):
+        LibvirtVolumeDriver("test:///default", lock_timout=3)

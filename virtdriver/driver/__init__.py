@@ -13,6 +13,7 @@ Each operation is a module of steps: :mod:`~virtdriver.driver.attach` (one guest
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from virtdriver.driver import migrate as migrate_steps
 from virtdriver.driver import swap as swap_steps
 from virtdriver.driver.host import Host
 from virtdriver.driver.options import DEFAULT_STATE_DIR, HostOptions, check_timeout
+from virtdriver.errors import InvalidRequest
 from virtdriver.hypervisor import brick
 from virtdriver.hypervisor.capabilities import host_capabilities
 from virtdriver.hypervisor.mounts import ensure_shared
@@ -48,6 +50,11 @@ class LibvirtVolumeDriver:
         arguments.text(uri, "uri")
         arguments.instance_of(options, HostOptions, "options", "a HostOptions", optional=True)
         arguments.path(state_dir, "state_dir")
+        known = {f.name for f in dataclasses.fields(HostOptions)} - {"state_dir"}
+        unknown = sorted(set(host_options) - known)
+        if unknown:
+            raise InvalidRequest(f"{unknown[0]}: not a host option (known: "
+                                 f"{', '.join(sorted(known))})")
         self.options = options or HostOptions(state_dir=Path(state_dir), **host_options)
         self.uri = uri
         self.hosting = Host(uri, self.options)
