@@ -2,7 +2,8 @@
 
 A host is an RFC 1123 host name or an IP literal (IPv4; IPv6 bare or in brackets, as portals
 and exports write it). Every protocol that names a host -- rendered into ``<host name=...>``
-(nbd, rbd, QEMU's iSCSI, QEMU's gluster) or mounted from (nfs, glusterfs, smbfs, quobyte) --
+(nbd, rbd, QEMU's iSCSI, QEMU's gluster), logged in to (the kernel's iSCSI and iSER portals) or
+mounted from (nfs, glusterfs, smbfs, quobyte) --
 accepts exactly those and refuses anything else with ``InvalidConnectionInfo`` naming the key.
 The oracles: an RFC 1123 check written independently of the code, Python's ``ipaddress``, and
 libvirt's own RelaxNG schema (and, with a hypervisor, libvirt's parser through defineXML).
@@ -46,6 +47,17 @@ PROTOCOLS: dict[str, tuple[Case, str, bool]] = {
         "target_iqn": "iqn.2010-10.org.x:v1", "target_lun": 1,
         "target_portal": f"{bracketed(h)}:3260"}}, {"native_iscsi": True}),
         f"{DATA}.target_portal", True),
+    "iscsi (kernel)": (lambda h: ({"driver_volume_type": "iscsi", "data": {
+        "target_iqn": "iqn.2010-10.org.x:v1", "target_lun": 1, "device_path": "/dev/sdx",
+        "target_portal": f"{bracketed(h)}:3260"}}, {}), f"{DATA}.target_portal", False),
+    "iscsi multipath": (lambda h: ({"driver_volume_type": "iscsi", "data": {
+        "target_iqn": "iqn.2010-10.org.x:v1", "target_lun": 1, "device_path": "/dev/sdx",
+        "target_portal": "192.0.2.5:3260",
+        "target_portals": ["192.0.2.5:3260", f"{bracketed(h)}:3260"]}}, {}),
+        f"{DATA}.target_portals[1]", False),
+    "iser": (lambda h: ({"driver_volume_type": "iser", "data": {
+        "target_iqn": "iqn.2010-10.org.x:v1", "device_path": "/dev/sdx",
+        "target_portal": f"{bracketed(h)}:3260"}}, {}), f"{DATA}.target_portal", False),
     "glusterfs (QEMU)": (lambda h: ({"driver_volume_type": "glusterfs", "data": {
         "export": f"{bracketed(h)}:/vol", "name": "v1"}}, {"native_glusterfs": True}),
         f"{DATA}.export", True),
@@ -200,3 +212,15 @@ def test_libvirt_parses_every_form_of_host_that_is_rendered(system_conn) -> None
             info, options = make(host)
             xml = build_disk(info, **options).to_xml()
             assert define_refusal(system_conn, xml) is None, (protocol, host)
+
+
+def test_the_kernel_initiators_portals_are_checked_before_the_host_logs_in() -> None:
+    """The data's identity is taken before the connect: a bad portal stops the attach there."""
+    from virtdriver.driver.request import VolumeRequest
+    from virtdriver.volume.base import RenderOptions
+
+    info = {"driver_volume_type": "iscsi", "serial": "v1", "data": {
+        "volume_id": "v1", "target_iqn": "iqn.2010-10.org.x:v1", "target_portal": "-:3260"}}
+    request = VolumeRequest.parse(info, RenderOptions())
+    with pytest.raises(InvalidConnectionInfo, match=r"target_portal: '-' is not a host name"):
+        request.lock_data()
