@@ -24,6 +24,7 @@ from lxml import etree
 from virtdriver import build_disk
 from virtdriver.errors import InvalidConnectionInfo
 from virtdriver.schema import validate_disk
+from virtdriver.volume.base import RenderOptions
 
 DATA = "connection_info.data"
 SETTINGS = settings(max_examples=150, deadline=None, database=None,
@@ -58,6 +59,9 @@ PROTOCOLS: dict[str, tuple[Case, str, bool]] = {
     "iser": (lambda h: ({"driver_volume_type": "iser", "data": {
         "target_iqn": "iqn.2010-10.org.x:v1", "device_path": "/dev/sdx",
         "target_portal": f"{bracketed(h)}:3260"}}, {}), f"{DATA}.target_portal", False),
+    "nvmeof": (lambda h: ({"driver_volume_type": "nvmeof", "data": {
+        "device_path": "/dev/nvme0n1", "portals": [["192.0.2.5", 4420, "tcp"], [h, 4420, "tcp"]]}},
+        {}), f"{DATA}.portals[1]", False),
     "glusterfs (QEMU)": (lambda h: ({"driver_volume_type": "glusterfs", "data": {
         "export": f"{bracketed(h)}:/vol", "name": "v1"}}, {"native_glusterfs": True}),
         f"{DATA}.export", True),
@@ -214,13 +218,16 @@ def test_libvirt_parses_every_form_of_host_that_is_rendered(system_conn) -> None
             assert define_refusal(system_conn, xml) is None, (protocol, host)
 
 
-def test_the_kernel_initiators_portals_are_checked_before_the_host_logs_in() -> None:
-    """The data's identity is taken before the connect: a bad portal stops the attach there."""
+@pytest.mark.parametrize("protocol", sorted(p for p in PROTOCOLS if not PROTOCOLS[p][2]))
+def test_a_host_the_host_side_connects_to_is_checked_before_it_does(protocol: str) -> None:
+    """Parsing a request (before any lock or connect) refuses the bad host already."""
     from virtdriver.driver.request import VolumeRequest
-    from virtdriver.volume.base import RenderOptions
 
-    info = {"driver_volume_type": "iscsi", "serial": "v1", "data": {
-        "volume_id": "v1", "target_iqn": "iqn.2010-10.org.x:v1", "target_portal": "-:3260"}}
-    request = VolumeRequest.parse(info, RenderOptions())
-    with pytest.raises(InvalidConnectionInfo, match=r"target_portal: '-' is not a host name"):
-        request.lock_data()
+    make, key, _ = PROTOCOLS[protocol]
+    info, options = make("-")
+    info = dict(info, serial="v1")
+    render_options = RenderOptions(mount_base="/mnt/v",
+                                   native_iscsi=options.get("native_iscsi", False))
+    with pytest.raises(InvalidConnectionInfo) as refused:
+        VolumeRequest.parse(info, render_options)
+    assert refused.value.path == key

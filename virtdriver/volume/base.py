@@ -92,6 +92,11 @@ class VolumeDriver:
         with the host side (e.g. CHAP for QEMU's own iSCSI initiator)."""
         return []
 
+    def check_host_side(self, data: Mapping[str, Any], options: RenderOptions) -> None:
+        """Check what the host side connects to (portals, a share's host), before it does:
+        raise :class:`~virtdriver.errors.InvalidConnectionInfo` naming the key. Called when a
+        request is parsed, before any lock or connect; ``source()`` checks it again."""
+
     def data_key(self, data: Mapping[str, Any], options: RenderOptions) -> tuple[str, ...] | None:
         """What names the volume's data before the host connects it, for a protocol whose
         device path is only known afterwards (an iSCSI target and LUN); ``None``: the rendered

@@ -88,8 +88,10 @@ class ISCSIVolumeDriver(HostBlockDeviceDriver):
         usage = chap_secret_usage(required_str(data, "target_iqn"), lun_number(data))
         return [HostSecret("iscsi", usage, password.encode())]
 
+    def check_host_side(self, data: Mapping[str, Any], options: RenderOptions) -> None:
+        check_portals(data)
+
     def data_key(self, data: Mapping[str, Any], options: RenderOptions) -> tuple[str, ...] | None:
-        check_portals(data)  # before the host logs in to them
         return ("iscsi", required_str(data, "target_iqn"), str(lun_number(data)))
 
     def host_probe(self) -> tuple[bool, str] | None:

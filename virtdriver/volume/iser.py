@@ -21,6 +21,9 @@ class ISERVolumeDriver(HostBlockDeviceDriver):
             [] if probes.module("ib_iser") else ["no ib_iser"])
         return probes.verdict(missing, "iscsiadm and ib_iser")
 
-    def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
+    def check_host_side(self, data: Mapping[str, Any], options: RenderOptions) -> None:
         check_portals(data)  # the portals the host logs in to
+
+    def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
+        check_portals(data)
         return super().source(data, options)

@@ -105,8 +105,11 @@ class RemoteFsVolumeDriver(VolumeDriver):
             return {}
         return {f"{protocol.lower()}_mount_point_base": options.mount_base}
 
-    def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
+    def check_host_side(self, data: Mapping[str, Any], options: RenderOptions) -> None:
         if data.get("export") is not None:  # the host mounts it: its host is checked even when
             self.export(data)               # device_path says where the file already is
+
+    def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
+        self.check_host_side(data, options)
         return VolumeSource("file", Source(file=self.file_path(data, options)),
                             format=disk_format(data), cache=self.cache, io=self.io)
