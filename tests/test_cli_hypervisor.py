@@ -78,3 +78,29 @@ def test_attach_many_prints_progress_and_a_summary(guests, tmp_path) -> None:
     assert "3 guests attached, host side connected once" in done.stdout
     for name in names:
         assert name in done.stdout
+
+
+def test_attach_many_says_rolled_back_for_guests_that_took_the_disk(guests, system_conn,
+                                                                   tmp_path) -> None:
+    from virtdriver.guests import guest_xml, kvm_available
+
+    doms = [guests.start(f"r{i}") for i in range(2)]
+    # No SCSI controller: the disk goes on virtio, which QEMU cannot hot-plug into this guest.
+    odd = system_conn.createXML(guest_xml(guests.unique_name("noscsi"), kvm=kvm_available())
+                                .replace("<controller type='scsi' index='0' "
+                                         "model='virtio-scsi'/>", ""), 0)
+    try:
+        image = tmp_path / "r.raw"
+        subprocess.run(["truncate", "-s", "8M", str(image)], check=True)
+        path = tmp_path / "r.json"
+        path.write_text(json.dumps(file_volume(str(image), multiattach=True)))
+        done = run("attach-many", str(path), doms[0].name(), odd.name(), doms[1].name(),
+                   state=tmp_path / "state")
+        assert done.returncode == 1, done.stderr
+        said = dict(line.split(" ", 1)[1].split(": ", 1) for line in done.stderr.splitlines()
+                    if not line.startswith("virtdriver:"))
+        assert said == {doms[0].name(): "rolled back", odd.name(): "failed",
+                        doms[1].name(): "rolled back"}, done.stderr
+        assert done.stderr.splitlines()[-1].startswith("virtdriver: error: attaching volume")
+    finally:
+        odd.destroy()

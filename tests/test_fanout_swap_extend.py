@@ -9,6 +9,7 @@ import pytest
 
 from virtdriver.errors import (
     AttachFailed,
+    AttachRolledBack,
     ExtendRefused,
     MultiattachNotSupported,
     NotAttached,
@@ -81,9 +82,18 @@ def test_fan_out_is_all_or_nothing(guests, volume_driver, loop_device, system_co
     try:
         info = local_volume(loop_device.device, multiattach=True)
         names = [doms[0].name(), odd.name(), doms[1].name()]
+        heard: dict[str, object] = {}
         with pytest.raises(AttachFailed, match=rf"failed at {odd.name()} .*hotplug.*attachments "
                                                "made were undone"):
-            volume_driver.attach_volume_to_many(info, names)
+            volume_driver.attach_volume_to_many(info, names, progress=heard.__setitem__)
+        # Each guest once: the one that failed with its own error, the others "rolled back".
+        assert set(heard) == set(names)
+        assert not isinstance(heard[odd.name()], AttachRolledBack)
+        assert "hotplug" in str(heard[odd.name()])
+        for dom in doms:
+            assert isinstance(heard[dom.name()], AttachRolledBack)
+            assert str(heard[dom.name()]) == (f"{dom.name()} took the disk; rolled back because "
+                                              f"the attach failed at {odd.name()}")
         for dom in [*doms, odd]:
             assert volume_driver.list_attachments(dom.name()) == []
             assert info["data"]["volume_id"] not in dom.XMLDesc(0)

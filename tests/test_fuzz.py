@@ -227,7 +227,7 @@ def test_hostile_input_renders_valid_xml_or_raises_a_typed_error(info: Any, opti
 
 # Found by the long profile: values libvirt's schema rejects (host names are dnsName or an IP
 # address, <auth username> is genericName) that used to be rendered.
-HOST = "is not a host name or address"
+HOST = r"is not (a host name|an IPv6 address)"
 USER = "is not a user name libvirt accepts"
 
 

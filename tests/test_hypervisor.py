@@ -271,11 +271,11 @@ def test_an_attach_that_lands_between_the_scan_and_the_guest_lock_is_seen(
     real_guest_lock = driver_module.guest_lock
     interleaved = []
 
-    def guest_lock_after_another_attach(lock_dir, guest_uuid):
+    def guest_lock_after_another_attach(lock_dir, guest_uuid, **waits):
         if not interleaved:  # the first attach has scanned the host and wants the guest's lock
             interleaved.append(None)  # the other attach goes straight through this seam
             interleaved[0] = other.attach_volume(second, a.name())
-        return real_guest_lock(lock_dir, guest_uuid)
+        return real_guest_lock(lock_dir, guest_uuid, **waits)
 
     mocker.patch.object(driver_module, "guest_lock", side_effect=guest_lock_after_another_attach)
     try:

@@ -196,3 +196,31 @@ def test_a_stale_lock_of_a_dead_process_does_not_block(guest, tmp_path: Path,
     info.write_text(json.dumps(local_volume(device, multiattach=False, volume_id=VID)))
     assert run("--state-dir", str(state), "attach", dom.name(), str(info), capsys=capsys)[0] == 0
     assert run("--state-dir", str(state), "detach", dom.name(), VID, capsys=capsys)[0] == 0
+
+
+def test_a_detach_whose_record_is_damaged_gives_one_next_step(
+        guest, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The disk is removed (the detach succeeds); what could not be released is said once, with
+    the one step that helps -- not 'release', which cannot know what to release either."""
+    dom, device = guest
+    state = tmp_path / "state"
+    info = tmp_path / "volume.json"
+    info.write_text(json.dumps(local_volume(device, multiattach=False, volume_id=VID)))
+    assert run("--state-dir", str(state), "attach", dom.name(), str(info), capsys=capsys)[0] == 0
+    record_path(state).write_text("{not json")
+    code, out, err = run("--state-dir", str(state), "detach", dom.name(), VID, capsys=capsys,
+                         caplog=caplog)
+    assert code == 0 and out.startswith(f"Volume {VID} detached"), (out, err)
+    assert VID not in dom.XMLDesc(0)
+    (line,) = err.splitlines()
+    assert line.startswith(f"virtdriver: volume {VID} was detached from {dom.name()}, but its "
+                           f"host connection was not released: the host-connection record "
+                           f"{record_path(state)} is unreadable or damaged")
+    assert line.endswith("so virtdriver cannot tell what to release: inspect the file, "
+                         "disconnect the volume's host device by hand if it is still connected, "
+                         "then remove the file")
+    assert "virtdriver release" not in line and line.count("virtdriver audit") <= 1
+    # release, asked anyway, gives the same step instead of guessing
+    code, out, err = run("--state-dir", str(state), "release", VID, capsys=capsys)
+    assert code == 1 and len(err.splitlines()) == 1 and "then remove the file" in err

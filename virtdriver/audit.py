@@ -35,7 +35,7 @@ from typing import Any, Final
 import libvirt
 
 from virtdriver.attachment import describe_source
-from virtdriver.errors import HypervisorError
+from virtdriver.errors import DamagedRecord, HypervisorError
 from virtdriver.hypervisor.connection import libvirt_message, security_models
 from virtdriver.hypervisor.apparmor import writable_readonly_disks
 from virtdriver.hypervisor.seclabels import foreign_labels
@@ -118,9 +118,8 @@ def audit_host(conn: libvirt.virConnect, state_dir: str | Path) -> AuditReport:
                                        [], [_leak(vid, connections.path(vid))], True))
     for path in damaged:
         volumes.append(VolumeAudit(path.stem, str(path), [], [Danger("record", (
-            f"the host-connection record {path} is unreadable or damaged: virtdriver cannot "
-            "tell what to release for that volume; inspect it, release by hand if needed, "
-            "and remove the file"))], True))
+            f"the host-connection record {path} is unreadable or damaged, so virtdriver cannot "
+            f"tell what to release for that volume: {DamagedRecord.NEXT_STEP}"))], True))
     _add_startup_dangers(conn, volumes)
     volumes.sort(key=lambda v: (not v.dangers, v.volume == "-", v.volume, v.source))
     return AuditReport(conn.getURI(), str(state_dir), volumes)

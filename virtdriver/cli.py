@@ -77,7 +77,7 @@ def _add_render(sub: Any) -> None:
                    help="SCSI unit (drive address)")
     p.add_argument("--luks-secret-uuid", metavar="UUID",
                    help="libvirt secret holding the LUKS passphrase")
-    add_host_options(p)
+    add_host_options(p, locks=False)
     p.set_defaults(func=_render)
 
 
@@ -110,6 +110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     _quiet_logging()
     try:
         prepare_output()
+        if argv is not None and (isinstance(argv, (str, bytes)) or not isinstance(argv, Sequence)
+                                 or not all(isinstance(a, str) for a in argv)):
+            raise UsageError(f"arguments: {type(argv).__name__} {str(argv)[:60]!r} is not a "
+                             "list of strings")
         args = build_parser().parse_args(argv)
         code = int(args.func(args))
         finish_output()
@@ -148,6 +152,8 @@ def _quiet_logging() -> None:
         handler.setFormatter(_OneLineFormatter("virtdriver: %(message)s"))
         logging.getLogger().addHandler(handler)
         logging.getLogger().setLevel(logging.ERROR)
+        # A wait for another operation's lock is said as it happens (see hypervisor.locks).
+        logging.getLogger("virtdriver.locks").setLevel(logging.WARNING)
 
 
 def exit_code(exc: VirtDriverError) -> int:

@@ -21,7 +21,25 @@ def add_attach_mode(p: argparse.ArgumentParser) -> None:
                    help="attach read-only (ro) or read-write (rw, the default)")
 
 
-def add_host_options(p: argparse.ArgumentParser) -> None:
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return value
+
+
+def add_lock_timeout(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lock-timeout", type=seconds, metavar="S",
+                   help="seconds to wait for another operation on the same volume (default "
+                        "300); a wait of more than 2 s is said on stderr")
+
+
+def add_host_options(p: argparse.ArgumentParser, *, locks: bool = True) -> None:
+    if locks:  # render takes no lock
+        add_lock_timeout(p)
     p.add_argument("--mount-base", metavar="DIR", help="where shares are mounted (nfs, ...)")
     p.add_argument("--label-policy", default="auto", choices=("auto", "explicit", "none"),
                    help="per-disk security labels (default: auto, left to libvirt)")
@@ -58,7 +76,9 @@ def driver_for(args: argparse.Namespace) -> Any:
                                native_glusterfs=getattr(args, "native_glusterfs", False),
                                initiator_iqn=getattr(args, "initiator_iqn", None),
                                use_multipath=getattr(args, "multipath", False),
-                               enforce_multipath=getattr(args, "enforce_multipath", False))
+                               enforce_multipath=getattr(args, "enforce_multipath", False),
+                               **({"lock_timeout": args.lock_timeout}
+                                  if getattr(args, "lock_timeout", None) else {}))
 
 
 def _print_table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> None:
@@ -88,6 +108,15 @@ def _attach(args: argparse.Namespace) -> int:
     return 0
 
 
+def outcome_word(outcome: object) -> str:
+    """One guest's outcome in an attach-many, in a word or two."""
+    from virtdriver.errors import AttachRolledBack
+
+    if isinstance(outcome, AttachRolledBack):
+        return "rolled back"
+    return "failed" if isinstance(outcome, Exception) else "attached"
+
+
 class Progress:
     """A progress bar on a terminal, one plain line per step otherwise (both on stderr)."""
 
@@ -98,7 +127,6 @@ class Progress:
 
     def step(self, name: str, outcome: object) -> None:
         self.done += 1
-        ok = not isinstance(outcome, Exception)
         if self.tty:
             width = 30
             filled = width * self.done // self.total
@@ -107,8 +135,7 @@ class Progress:
             if self.done == self.total:
                 self.stream.write("\n")
         else:
-            self.stream.write(f"{self.done}/{self.total} {name}: "
-                              f"{'attached' if ok else 'failed'}\n")
+            self.stream.write(f"{self.done}/{self.total} {name}: {outcome_word(outcome)}\n")
         self.stream.flush()
 
 
@@ -203,6 +230,7 @@ def add_hypervisor_commands(sub: Any) -> None:
     p.add_argument("domain", metavar="DOMAIN", help="guest name or UUID")
     p.add_argument("volume_id", metavar="VOLUME_ID")
     p.add_argument("--timeout", type=float, metavar="S", help="seconds to wait (default 30)")
+    add_lock_timeout(p)
     p.set_defaults(func=_detach)
 
     p = sub.add_parser(
@@ -213,6 +241,7 @@ def add_hypervisor_commands(sub: Any) -> None:
                     "reports such a leak). Refused while any guest uses the volume.",
         epilog="example:\n  virtdriver release 4f1c2b7e-9d1a-4c55-8e0b-2f3a4b5c6d7e")
     p.add_argument("volume_id", metavar="VOLUME_ID")
+    add_lock_timeout(p)
     p.set_defaults(func=_release)
 
     p = sub.add_parser("list", help="list a guest's volume attachments", formatter_class=raw,

@@ -71,7 +71,7 @@ def _abort(args: argparse.Namespace) -> int:
 
 
 def add_migration_commands(sub: Any) -> None:
-    from virtdriver.cli_host import add_attach_mode, add_host_options
+    from virtdriver.cli_host import add_attach_mode, add_host_options, add_lock_timeout
 
     p = sub.add_parser(
         "migrate", help="live-migrate a guest and its volumes to another host",
@@ -106,4 +106,5 @@ def add_migration_commands(sub: Any) -> None:
         p = sub.add_parser(name, help=where)
         p.add_argument("domain", metavar="DOMAIN", help="the guest's UUID (or name)")
         p.add_argument("volume_id", metavar="VOLUME_ID")
+        add_lock_timeout(p)
         p.set_defaults(func=func)

@@ -159,8 +159,28 @@ class StateError(HypervisorError):
     """virtdriver's state directory (locks, host-connection records) is unusable or damaged."""
 
 
+class DamagedRecord(StateError):
+    """A volume's host-connection record cannot be read, so virtdriver cannot tell what to
+    release for that volume; the message gives the operator's one next step."""
+
+    NEXT_STEP = ("inspect the file, disconnect the volume's host device by hand if it is still "
+                 "connected, then remove the file")
+
+    def __init__(self, path: object, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"the host-connection record {path} is unreadable or damaged "
+                         f"({reason}), so virtdriver cannot tell what to release: "
+                         f"{self.NEXT_STEP}")
+
+
 class AttachFailed(HypervisorError):
     """Attaching failed; everything done on the way was undone."""
+
+
+class AttachRolledBack(AttachFailed):
+    """A guest took the disk, and it was removed again because the attach failed elsewhere
+    (only reported per guest, to an attach-many's progress; the call raises the failure)."""
 
 
 class InvalidAttachRequest(InvalidRequest, AttachFailed):

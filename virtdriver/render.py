@@ -31,6 +31,7 @@ MAX_SCSI_UNIT: Final = 16383
 UNSIGNED_LONG_MAX: Final = 2**64 - 1  # libvirt's schema type for every <iotune> value
 
 _TARGET_DEV = re.compile(r"(vd|sd|hd)[a-z]{1,3}")
+_USER_ALIAS = re.compile(r"ua-[A-Za-z0-9_-]+")  # the only aliases libvirt keeps
 _SERIAL = re.compile(r"[A-Za-z0-9_.+\- ]{1,255}")
 
 QOS_KEYS: Final = frozenset(f"{kind}_{unit}_sec{suffix}"
@@ -97,6 +98,9 @@ def build_disk(connection_info: Mapping[str, Any], *, attach_mode: str = "rw",
             raise InvalidRenderOption(f"luks_secret_uuid: {show(luks_secret_uuid)} is not a UUID")
         disk.encryption = Encryption(format="luks",
                                      secret=Secret(type="passphrase", uuid=luks_secret_uuid))
+    if alias is not None and (not isinstance(alias, str) or not _USER_ALIAS.fullmatch(alias)):
+        raise InvalidRenderOption(f"alias: {show(alias)} is not a user alias (ua- and letters, "
+                                  "digits, '_', '-')")
     alias = alias or user_alias(connection_info)
     if alias is not None:
         disk.alias = Alias(name=alias)
@@ -112,8 +116,8 @@ def build_disk(connection_info: Mapping[str, Any], *, attach_mode: str = "rw",
 def _models(models: object) -> tuple[str, ...] | None:
     if models is None:
         return None
-    if isinstance(models, str) or not isinstance(models, Sequence) or not all(
-            isinstance(m, str) for m in models):
+    if (isinstance(models, (str, bytes, bytearray)) or not isinstance(models, Sequence)
+            or not all(isinstance(m, str) for m in models)):
         raise InvalidRenderOption(f"security_models: {show(models)} is not a list of security "
                                   "model names")
     return tuple(models)
@@ -166,9 +170,9 @@ def user_alias(connection_info: Mapping[str, Any]) -> str | None:
 
 
 def _check_target(target_dev: object, bus: object, device: object, scsi_unit: object) -> None:
-    if bus not in BUS_PREFIX:
+    if not isinstance(bus, str) or bus not in BUS_PREFIX:
         raise InvalidRenderOption(f"bus: {show(bus)} is not one of {', '.join(BUS_PREFIX)}")
-    if device not in DEVICES:
+    if not isinstance(device, str) or device not in DEVICES:
         raise InvalidRenderOption(f"device: {show(device)} is not 'disk' or 'lun'")
     if not isinstance(target_dev, str) or not _TARGET_DEV.fullmatch(target_dev):
         raise InvalidRenderOption(f"target_dev: {show(target_dev)} is not a disk device name such "

@@ -25,7 +25,9 @@ from typing import Any, ClassVar, TypeVar
 
 from lxml import etree
 
+from virtdriver.config.document import declared_encoding, read_document
 from virtdriver.config.reader import ATTR, CHILD, CHILDREN, FLAG, TEXT_CHILD, Unknown, indented
+from virtdriver.config.reader import _escape_text as escape_text
 from virtdriver.config.reader import parse_xml, read
 from virtdriver.errors import InvalidXMLValue, UndeclaredXML
 
@@ -123,23 +125,50 @@ class Element:
     # ---- writing -----------------------------------------------------------------------------
 
     def to_xml(self) -> str:
-        """This element as libvirt-style indented XML text (no trailing newline)."""
-        return self._writer(self, self.TAG, "", "")
+        """This element as libvirt-style indented XML text (no trailing newline), with the
+        document around it when it was read leniently from one (declaration, comments)."""
+        body = self._writer(self, self.TAG, "", "")
+        u = self.unknown
+        if u is not None and (u.prolog or u.epilog):
+            return u.prolog + body + u.epilog
+        return body
+
+    def to_bytes(self) -> bytes:
+        """:meth:`to_xml` encoded as its XML declaration says (UTF-8 without one); characters
+        that encoding lacks are written as character references."""
+        u = self.unknown
+        encoding = (declared_encoding(u.prolog) if u is not None else None) or "utf-8"
+        try:
+            return self.to_xml().encode(encoding, "xmlcharrefreplace")
+        except LookupError:
+            raise InvalidXMLValue(f"the declared encoding {encoding!r} has no Python "
+                                  "codec") from None
 
     def to_element(self) -> etree._Element:
         """This element as an lxml element."""
-        return etree.fromstring(self.to_xml())
+        return parse_xml(self.to_xml())
 
     # ---- reading -----------------------------------------------------------------------------
 
     @classmethod
     def from_xml(cls: type[E], text: str | bytes, *, strict: bool = True) -> E:
         """Read XML text whose root is this element."""
-        return cls.from_element(parse_xml(text), strict=strict)
+        if not isinstance(strict, bool):
+            raise InvalidXMLValue(f"strict: {strict!r:.40} is not true or false")
+        root, prolog, epilog = read_document(text, strict)
+        element = cls.from_element(root, strict=strict)
+        if prolog or epilog:
+            element.unknown = dataclasses.replace(element.unknown or Unknown(), prolog=prolog,
+                                                  epilog=epilog)
+        return element
 
     @classmethod
     def from_element(cls: type[E], node: etree._Element, *, strict: bool = True) -> E:
         """Read an lxml element into this class."""
+        if not isinstance(strict, bool):
+            raise InvalidXMLValue(f"strict: {strict!r:.40} is not true or false")
+        if not isinstance(node, etree._Element):
+            raise InvalidXMLValue(f"node: a {type(node).__name__} is not an lxml element")
         if node.tag != cls.TAG:
             raise UndeclaredXML(f"expected <{cls.TAG}>, found <{node.tag}>")
         return read(cls, node, strict, cls.TAG)  # type: ignore[no-any-return]
@@ -220,6 +249,48 @@ def _kept(unknown: Unknown | None, tag: str, value: Any, inner: str) -> str | No
     return None
 
 
+def _write_mixed(obj: Any, start: str, tag: str, indent: str) -> str:
+    """The body of an element read with mixed content: its parts in document order, text
+    exactly as read; a declared field set since is added after them, one dropped is left out."""
+    cls, order = type(obj), obj.unknown.order
+    inner = indent + "  "
+    body, used = [], dict.fromkeys(cls._by_tag, 0)
+    for kind, value in order:
+        if kind == "text":
+            body.append(escape_text(value))
+        elif kind == "raw":
+            body.append(value)
+        else:
+            body.append(_field_part(obj, cls._by_tag[value], used[value], inner))
+            used[value] += 1
+    for spec in cls._body:
+        values = getattr(obj, spec.field)
+        count = len(values) if spec.kind == CHILDREN else int(values not in (None, False))
+        body += [_field_part(obj, spec, n, inner) for n in range(used[spec.xml], count)]
+    text = "".join(body)
+    return start + (f">{text}</{tag}>" if text else "/>")
+
+
+def _field_part(obj: Any, spec: Any, n: int, inner: str) -> str:
+    """The ``n``-th element of a declared field as XML (``""`` when there is none now)."""
+    value = getattr(obj, spec.field)
+    if spec.kind == CHILDREN:
+        value = value[n] if n < len(value) else None
+    elif n:
+        value = None
+    if value is None or value is False:
+        return ""
+    if spec.kind in (CHILD, CHILDREN):
+        return value._writer(value, spec.xml, inner, "")  # type: ignore[no-any-return]
+    kept = _kept(obj.unknown, spec.xml, value, inner)
+    if kept is not None:
+        return kept
+    if spec.kind == FLAG:
+        return f"<{spec.xml}/>"
+    text = _escape_value(value, spec.conv, f"{type(obj).TAG}/{spec.xml}")
+    return f"<{spec.xml}>{text}</{spec.xml}>"
+
+
 # Strings already found to need no escaping. Most values come from a small vocabulary (types,
 # cache modes, buses, drivers), so remembering them spares the writer most regular-expression
 # scans. Bounded, so unique values (paths, serials) cannot grow it without limit.
@@ -252,7 +323,7 @@ def _compile_writer(cls: type[Element]) -> Callable[[Any, str, str, str], str]:
     """
     names: dict[str, Any] = {"_search": _SPECIAL.search, "_slow": _escape_value, "_safe": _SAFE,
                              "_ua": _unknown_attrs, "_uc": _unknown_children, "_STR": STR,
-                             "_k": _kept}
+                             "_k": _kept, "_mixed": _write_mixed}
     lines = ["def write(obj, tag, indent, lead):",
              "    s = lead + '<' + tag"]
     for i, spec in enumerate(cls._attrs):
@@ -265,6 +336,8 @@ def _compile_writer(cls: type[Element]) -> Callable[[Any, str, str, str], str]:
     lines += ["    u = obj.unknown",
               "    if u is not None:",
               "        s += _ua(u, tag)",
+              "        if u.order is not None:",
+              "            return _mixed(obj, s, tag, indent)",
               "    inner = indent + '  '",
               "    il = '\\n' + inner",
               "    b = ''"]

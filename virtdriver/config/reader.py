@@ -1,12 +1,16 @@
 """The generic reader of the XML model, and how undeclared parts are kept.
 
-Strict reading (the default) refuses anything the model does not declare: an attribute, an
-element, a second copy of a single element, stray text, an entity reference. Lenient reading
-(live domain XML) keeps all of it in :class:`Unknown` so that the writer puts it back with the
-same meaning: namespaced attributes keep their prefix and declaration, unknown elements keep
-their text exactly (only the whitespace between elements is re-indented), comments and stray
-text are kept, and a declared marker or text element that carries undeclared parts (such as
-``<transient shareBacking='yes'/>``) is kept whole beside its value.
+Strict reading (the default) refuses anything the model does not declare, naming what would be
+lost: an attribute, an element, a second copy of a single element, stray text, a comment or a
+processing instruction (anywhere, a text element such as ``<serial>`` included), an entity
+reference. Lenient reading (live domain XML) keeps all of it in :class:`Unknown` so that the
+writer puts it back with the same meaning: namespaced attributes keep their prefix and
+declaration, unknown elements keep their text exactly (only the whitespace between elements is
+re-indented), comments are kept, and a declared marker or text element that carries undeclared
+parts (such as ``<transient shareBacking='yes'/>``) is kept whole beside its value. An element
+with text beside its children (mixed content) is kept in document order, every character of its
+text exactly where it was (``Unknown.order``). The document around the root element (the XML
+declaration, comments, a DOCTYPE) is :mod:`virtdriver.config.document`'s.
 """
 
 from __future__ import annotations
@@ -38,6 +42,14 @@ class Unknown:
     attrs: tuple[tuple[str, str], ...] = ()
     children: tuple[str, ...] = ()
     kept: tuple[tuple[str, Any, str], ...] = ()
+    #: Mixed content in document order: ``("text", exact text)``, ``("field", tag)`` for a
+    #: declared child (the next of that tag), ``("raw", xml)`` for anything else. ``None``:
+    #: element-only content, laid out anew (``children`` then holds the undeclared parts).
+    order: tuple[tuple[str, str], ...] | None = None
+    #: Only on a document's root: the text before it (XML declaration, DOCTYPE, comments) as
+    #: read, and the comments and processing instructions after it.
+    prolog: str = ""
+    epilog: str = ""
 
 
 # Blank text is kept: in mixed content every space is meaningful. Layout whitespace between
@@ -61,11 +73,31 @@ def parse_xml(text: str | bytes) -> etree._Element:
         except UnicodeEncodeError:
             raise MalformedXML("malformed XML: the text holds a lone surrogate") from None
     elif not isinstance(text, (bytes, bytearray)):
-        raise MalformedXML(f"expected XML text (str or bytes), got {type(text).__name__}")
+        raise MalformedXML(f"text: a {type(text).__name__} is not XML text (str or bytes)")
     try:
         return etree.fromstring(bytes(text), _PARSER)
     except etree.XMLSyntaxError as exc:
-        raise MalformedXML(f"malformed XML: {exc}") from None
+        # libxml2 knows fewer encoding names than Python ('latin-1'): decode those here
+        decoded = decode_declared(bytes(text)) if "nsupported encoding" in str(exc) else None
+        if decoded is None:
+            raise MalformedXML(f"malformed XML: {exc}") from None
+    return parse_xml(decoded)
+
+
+_DECLARED_ENCODING = re.compile(
+    rb"""\s*<\?xml\s[^>]*?encoding\s*=\s*["']([A-Za-z0-9._-]+)["']""")
+
+
+def decode_declared(data: bytes) -> str | None:
+    """``data`` decoded in the encoding its XML declaration names, when Python knows it (an
+    ASCII-compatible declaration); ``None`` otherwise."""
+    match = _DECLARED_ENCODING.match(data)
+    if match is None:
+        return None
+    try:
+        return data.decode(match.group(1).decode("ascii"))
+    except (LookupError, UnicodeDecodeError):
+        return None
 
 
 def compact(node: etree._Element) -> str:
@@ -112,7 +144,20 @@ def indented(raw: str, indent: str) -> str:
 
 
 def _escape_text(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            .replace("\r", "&#13;"))
+
+
+def describe(node: etree._Element) -> str:
+    """A comment, processing instruction or entity reference, in a few words for a message."""
+    raw = compact(node) if node.tag is not etree.Entity else node.text or "&?;"
+    kind = {etree.Comment: "comment", etree.PI: "processing instruction"}.get(
+        node.tag, "entity reference")
+    return f"{kind} {raw[:40]!r}"
+
+
+def _is_mixed(node: etree._Element) -> bool:
+    return bool((node.text or "").strip()) or any((k.tail or "").strip() for k in node)
 
 
 def _qualified(name: str, node: etree._Element, attrs: list[tuple[str, str]]) -> str:
@@ -128,13 +173,17 @@ def _qualified(name: str, node: etree._Element, attrs: list[tuple[str, str]]) ->
     return f"{prefix}:{local}"
 
 
-def _text_only(sub: etree._Element) -> tuple[str | None, bool]:
-    """The text of a text-only element, and whether it carries anything else."""
+def _text_only(sub: etree._Element, strict: bool, where: str) -> tuple[str | None, bool]:
+    """The text of a text-only element, and whether it carries anything else (strict: a
+    comment or processing instruction inside it is refused, by name: it would be lost)."""
     parts, other = [sub.text or ""], bool(sub.attrib)
     for node in sub:
         other = True
         if node.tag is etree.Entity or isinstance(node.tag, str):
             return None, True
+        if strict:
+            raise UndeclaredXML(f"{where}: a {describe(node)} inside <{sub.tag}> would be lost "
+                                "(read leniently to keep it)")
         parts.append(node.tail or "")
     return "".join(parts), other
 
@@ -161,59 +210,65 @@ def read(cls: Any, node: etree._Element, strict: bool, path: str) -> Any:
         else:
             qname = _qualified(name, node, attrs) if name.startswith("{") else name
             attrs.append((qname, text))
-    _stray(node.text, strict, path, extra)
+    order: list[tuple[str, str]] | None = [] if not strict and _is_mixed(node) else None
+    _text(node.text, strict, path, order)
     for sub in node:
         if not isinstance(sub.tag, str):  # comments, processing instructions, entities
-            if sub.tag is etree.Entity and strict:
-                raise UndeclaredXML(f"{path}: entity reference {sub.text!r}")
-            if not strict:
-                extra.append(compact(sub))
-            _stray(sub.tail, strict, path, extra)
-            continue
-        _read_child(cls, sub, strict, path, values, extra, kept)
-        _stray(sub.tail, strict, path, extra)
-    if attrs or extra or kept:
-        values["unknown"] = Unknown(tuple(attrs), tuple(extra), tuple(sorted(kept, key=_tag)))
+            if strict:
+                raise UndeclaredXML(f"{path}: a {describe(sub)} would be lost (read leniently "
+                                    "to keep it)")
+            raw: str | None = compact(sub)
+        else:
+            raw = _read_child(cls, sub, strict, path, values, kept)
+        if order is not None:
+            order.append(("raw", raw) if raw is not None else ("field", sub.tag))
+        elif raw is not None:
+            extra.append(raw)
+        _text(sub.tail, strict, path, order)
+    if attrs or extra or kept or order is not None:
+        values["unknown"] = Unknown(tuple(attrs), tuple(extra), tuple(sorted(kept, key=_tag)),
+                                    None if order is None else tuple(order))
     return cls(**values)
 
 
-def _stray(text: str | None, strict: bool, path: str, extra: list[str]) -> None:
-    if text is None or not text.strip():
-        return
-    if strict:
+def _text(text: str | None, strict: bool, path: str,
+          order: list[tuple[str, str]] | None) -> None:
+    """Text beside child elements: kept exactly in mixed content; layout otherwise."""
+    if order is not None:
+        if text:
+            order.append(("text", text))
+    elif text is not None and text.strip() and strict:
         raise UndeclaredXML(f"{path}: unexpected text {text.strip()!r}")
-    extra.append(_escape_text(text.strip()))
 
 
 def _read_child(cls: Any, sub: etree._Element, strict: bool, path: str, values: dict[str, Any],
-                extra: list[str], kept: list[tuple[str, Any, str]]) -> None:
+                kept: list[tuple[str, Any, str]]) -> str | None:
+    """Read one child element into ``values``; ``None`` when it became a field, else its XML
+    to keep (lenient)."""
     spec = cls._by_tag.get(sub.tag)
     where = f"{path}/{sub.tag}"
     if spec is None:
         if strict:
             raise UndeclaredXML(f"{path}: undeclared element <{sub.tag}>")
-        extra.append(compact(sub))
-        return
+        return compact(sub)
     if spec.kind == CHILDREN:
         values.setdefault(spec.field, []).append(read(spec.cls, sub, strict, where))
-        return
+        return None
     if spec.field in values:
         if strict:
             raise UndeclaredXML(f"{where}: element may appear only once")
-        extra.append(compact(sub))
-        return
+        return compact(sub)
     if spec.kind == CHILD:
         values[spec.field] = read(spec.cls, sub, strict, where)
-        return
-    text, other = _text_only(sub)
+        return None
+    text, other = _text_only(sub, strict, where)
     if spec.kind == FLAG:
         other = other or bool((text or "").strip())
         value: Any = True
     elif text is None:
         if strict:
             raise UndeclaredXML(f"{where}: must hold text only")
-        extra.append(compact(sub))  # elements inside a text element: not this field at all
-        return
+        return compact(sub)  # elements inside a text element: not this field at all
     else:
         value = _convert(spec, text, where)
     if other:
@@ -223,6 +278,7 @@ def _read_child(cls: Any, sub: etree._Element, strict: bool, path: str, values: 
         if not strict:
             kept.append((spec.xml, value, compact(sub)))
     values[spec.field] = value
+    return None
 
 
 def _tag(kept: tuple[str, Any, str]) -> str:

@@ -13,10 +13,12 @@ Each operation is a module of steps: :mod:`~virtdriver.driver.attach` (one guest
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from virtdriver import arguments
 from virtdriver.attachment import Attachment
 from virtdriver.driver import attach as attach_steps
 from virtdriver.driver import detach as detach_steps
@@ -25,11 +27,13 @@ from virtdriver.driver import migrate as migrate_steps
 from virtdriver.driver import swap as swap_steps
 from virtdriver.driver.host import Host
 from virtdriver.driver.options import DEFAULT_STATE_DIR, HostOptions, check_timeout
+from virtdriver.errors import InvalidRequest
 from virtdriver.hypervisor import brick
 from virtdriver.hypervisor.capabilities import host_capabilities
 from virtdriver.hypervisor.mounts import ensure_shared
 from virtdriver.hypervisor.usage import DiskUse
 from virtdriver.policy import check_attach_mode
+from virtdriver.policy.identity import check_instance, check_requested_volume_id
 
 __all__ = ["DEFAULT_STATE_DIR", "HostOptions", "LibvirtVolumeDriver"]
 
@@ -44,6 +48,14 @@ class LibvirtVolumeDriver:
 
     def __init__(self, uri: str = "qemu:///system", *, options: HostOptions | None = None,
                  state_dir: str | Path = DEFAULT_STATE_DIR, **host_options: Any) -> None:
+        arguments.text(uri, "uri")
+        arguments.instance_of(options, HostOptions, "options", "a HostOptions", optional=True)
+        arguments.path(state_dir, "state_dir")
+        known = {f.name for f in dataclasses.fields(HostOptions)} - {"state_dir"}
+        unknown = sorted(set(host_options) - known)
+        if unknown:
+            raise InvalidRequest(f"{unknown[0]}: not a host option (known: "
+                                 f"{', '.join(sorted(known))})")
         self.options = options or HostOptions(state_dir=Path(state_dir), **host_options)
         self.uri = uri
         self.hosting = Host(uri, self.options)
@@ -66,6 +78,7 @@ class LibvirtVolumeDriver:
 
     def list_attachments(self, instance: str) -> list[Attachment]:
         """The volumes attached to a guest (live state for a running guest)."""
+        check_instance(instance)
         found: dict[str, Attachment] = {}
         for use in self.hosting.find(instance).disks:
             att = Attachment.from_use(use)
@@ -75,15 +88,19 @@ class LibvirtVolumeDriver:
 
     def volume_users(self, volume: str) -> list[DiskUse]:
         """Every disk on this host that is ``volume`` (a volume id)."""
+        check_requested_volume_id(volume, "volume")
         return [u for s in self.hosting.states() for u in s.disks if u.volume == volume]
 
     def connector_properties(self, attach_mode: str = "rw", *, my_ip: str = "127.0.0.1",
                              multipath: bool | None = None) -> dict[str, Any]:
         """os-brick's host connector properties plus ``mode``, for the storage service
         (``multipath`` defaults to the host's ``use_multipath``)."""
+        mode = check_attach_mode(attach_mode)
+        arguments.text(my_ip, "my_ip")
         use = self.options.use_multipath if multipath is None else multipath
+        arguments.flag(use, "multipath")
         props = brick.connector_properties(self.options.state_dir, my_ip=my_ip, multipath=use)
-        props["mode"] = check_attach_mode(attach_mode)
+        props["mode"] = mode
         return props
 
     def capabilities(self) -> dict[str, Any]:
@@ -101,6 +118,8 @@ class LibvirtVolumeDriver:
         Anything that fails is undone, the host connect included unless another local guest
         still uses the volume.
         """
+        arguments.mapping(connection_info, "connection_info")
+        check_instance(instance)
         placement = attach_steps.Placement(check_attach_mode(attach_mode), target_dev, bus,
                                            device, luks_secret_uuid)
         return attach_steps.attach(self.hosting, connection_info, [instance], [placement])[0]
@@ -117,7 +136,14 @@ class LibvirtVolumeDriver:
         failed and why. ``attach_mode`` is one mode for all, or a mapping of instance to mode.
         ``progress`` hears of each guest once the outcome of the whole call is known.
         """
-        instances = list(instances)
+        arguments.mapping(connection_info, "connection_info")
+        instances = [check_instance(i, f"instances[{n}]")
+                     for n, i in enumerate(arguments.sequence(instances, "instances",
+                                                              lambda v, _: v))]
+        arguments.function(progress, "progress", optional=True)
+        arguments.whole(max_parallel, "max_parallel", minimum=1)
+        if not isinstance(attach_mode, (str, Mapping)):
+            check_attach_mode(attach_mode)
         placements = [attach_steps.Placement(check_attach_mode(
             attach_mode.get(i, "rw") if isinstance(attach_mode, Mapping) else attach_mode,
             f"attach_mode[{i}]")) for i in instances]
@@ -131,6 +157,10 @@ class LibvirtVolumeDriver:
         Waits for libvirt's device-removed event (``timeout`` seconds, default the driver's
         ``detach_timeout``); :class:`~virtdriver.errors.DetachTimeout` leaves it in place.
         """
+        check_instance(instance)
+        check_requested_volume_id(volume_id)
+        if connection_info is not None:
+            arguments.mapping(connection_info, "connection_info")
         wait = self.options.detach_timeout if timeout is None else check_timeout(timeout,
                                                                                  "timeout")
         detach_steps.detach(self.hosting, instance, volume_id, wait, connection_info)
@@ -138,6 +168,7 @@ class LibvirtVolumeDriver:
     def release_volume(self, volume_id: str) -> bool:
         """Release a volume's recorded host connection that no guest on this host uses (after a
         guest vanished behind the driver's back); ``False`` when nothing was recorded."""
+        check_requested_volume_id(volume_id)
         return detach_steps.release(self.hosting, volume_id)
 
     def swap_volume(self, instance: str, old_connection_info: Mapping[str, Any],
@@ -152,6 +183,9 @@ class LibvirtVolumeDriver:
         ``progress(copied, total)`` hears how far it is, in bytes, a few times a second, and
         whatever it raises cancels the copy (the guest keeps the old volume).
         """
+        check_instance(instance)
+        arguments.mapping(old_connection_info, "old_connection_info")
+        arguments.mapping(new_connection_info, "new_connection_info")
         wait = self.options.detach_timeout if timeout is None else check_timeout(timeout,
                                                                                  "timeout")
         return swap_steps.swap(self.hosting, instance, old_connection_info, new_connection_info,
@@ -162,6 +196,9 @@ class LibvirtVolumeDriver:
         """Grow an attached volume for one guest (read-only attachments too); returns the size
         its QEMU now shows, in bytes. :class:`~virtdriver.errors.ExtendIncomplete` when it
         could not be shown the new size."""
+        check_instance(instance)
+        arguments.mapping(connection_info, "connection_info")
+        arguments.whole(new_size, "new_size", minimum=1)
         return extend_steps.extend_one(self.hosting, instance, connection_info, new_size)
 
     def extend_volume_on_host(self, connection_info: Mapping[str, Any], *,
@@ -171,6 +208,11 @@ class LibvirtVolumeDriver:
         refreshing the host side once; ``new_size`` defaults to the size the host then sees.
         The result tells per guest what its QEMU shows (``result.complete``: all of them the
         new size) and, for any left behind, why and the command that fixes it."""
+        arguments.mapping(connection_info, "connection_info")
+        if new_size is not None:
+            arguments.whole(new_size, "new_size", minimum=1)
+        if instance is not None:
+            check_instance(instance)
         return extend_steps.extend(self.hosting, connection_info, new_size, instance)
 
     # ---- live migration (see virtdriver.driver.migrate) -------------------------------------
@@ -179,20 +221,29 @@ class LibvirtVolumeDriver:
                          attach_mode: str = "rw") -> None:
         """On the destination: connect the volume for ``instance`` before it arrives by live
         migration; it counts as a user of the volume here from now on."""
+        arguments.mapping(connection_info, "connection_info")
+        check_instance(instance)
         migrate_steps.prepare_incoming(self.hosting, connection_info, instance, attach_mode)
 
     def incoming_xml(self, domain_xml: str,
                      connection_infos: Sequence[Mapping[str, Any]]) -> str:
         """On the destination: the guest's domain XML with its volumes rendered for this host."""
+        if not isinstance(domain_xml, (str, bytes, bytearray)):
+            arguments.text(domain_xml, "domain_xml")
+        arguments.mappings(connection_infos, "connection_infos")
         return migrate_steps.incoming_xml(self.hosting, domain_xml, connection_infos)
 
     def abort_incoming(self, instance: str, volume_id: str) -> bool:
         """On the destination, after a failed migration: undo :meth:`prepare_incoming`."""
+        check_instance(instance)
+        check_requested_volume_id(volume_id)
         return migrate_steps.abort_incoming(self.hosting, instance, volume_id)
 
     def finish_outgoing(self, instance: str, volume_id: str) -> list[str]:
         """On the source, once ``instance`` left: release the volume's host side unless another
         guest here uses it; returns the guests that still do."""
+        check_instance(instance)
+        check_requested_volume_id(volume_id)
         return migrate_steps.finish_outgoing(self.hosting, instance, volume_id)
 
     def migrate(self, instance: str, destination: LibvirtVolumeDriver,
@@ -203,6 +254,11 @@ class LibvirtVolumeDriver:
         libvirt's migration); returns the volumes this host keeps connected for other guests.
         ``progress(processed, total)`` hears how far it is, in bytes; whatever it raises aborts
         the migration (undone on both hosts as any failed one)."""
+        check_instance(instance)
+        arguments.instance_of(destination, LibvirtVolumeDriver, "destination",
+                              "a LibvirtVolumeDriver")
+        arguments.mappings(connection_infos, "connection_infos")
+        arguments.text(uri, "uri", optional=True)
         return migrate_steps.migrate(self.hosting, destination.hosting, instance,
                                      connection_infos, uri=uri, progress=progress)
 

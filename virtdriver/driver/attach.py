@@ -16,11 +16,19 @@ from typing import Any
 
 import libvirt
 
+from virtdriver import arguments
 from virtdriver.attachment import Attachment
 from virtdriver.driver.detach import undo_attach
 from virtdriver.driver.host import Host
 from virtdriver.driver.request import VolumeRequest
-from virtdriver.errors import AttachFailed, HypervisorError, InvalidAttachRequest, VirtDriverError
+from virtdriver.errors import (
+    AttachFailed,
+    AttachRolledBack,
+    HypervisorError,
+    InvalidAttachRequest,
+    InvalidRenderOption,
+    VirtDriverError,
+)
 from virtdriver.config import Disk
 from virtdriver.hypervisor.access import explain_denied
 from virtdriver.hypervisor.connection import libvirt_message
@@ -47,6 +55,11 @@ class Placement:
     bus: str | None = None
     device: str = "disk"
     luks_secret_uuid: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("target_dev", "bus", "device", "luks_secret_uuid"):
+            arguments.text(getattr(self, name), name, InvalidRenderOption,
+                           optional=name != "device")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,13 +96,15 @@ def attach(host: Host, connection_info: Mapping[str, Any], instances: Sequence[s
         used_before = users_of(request.vid, data, uses)
         host.check_record(request.vid)
         attaching = False  # the connect's own typed errors (HostConnectFailed, ...) pass unchanged
+        per_guest: list[Attachment | Exception] = []  # each guest's outcome, once one failed
         try:
             host.connect(request)
             attaching = True
-            results = _attach_all(host, request, targets, placements, uses, max_parallel)
+            results = _attach_all(host, request, targets, placements, uses, max_parallel,
+                                  per_guest)
         except VirtDriverError as exc:
             host.drop_after_failure(request, used_before)
-            _report_failure(progress, instances, exc)
+            _report_failure(progress, instances, per_guest or [exc] * len(instances))
             if isinstance(exc, AttachFailed) or not attaching:
                 raise
             raise AttachFailed(f"attaching volume {request.vid} failed",
@@ -138,8 +153,10 @@ def _find_listed(host: Host, listed: list[ListedDomain], instance: str) -> Liste
 
 
 def _attach_all(host: Host, request: VolumeRequest, targets: list[Target],
-                placements: Sequence[Placement], uses: list[Use],
-                max_parallel: int) -> list[Attachment]:
+                placements: Sequence[Placement], uses: list[Use], max_parallel: int,
+                per_guest: list[Attachment | Exception]) -> list[Attachment]:
+    """Attach every guest in parallel; if one fails, undo them all and fill ``per_guest`` with
+    what became of each (its own failure, or :class:`AttachRolledBack`)."""
     aliases: dict[str, str] = {}  # guest uuid -> the alias its disk got
     workers = max(1, min(max_parallel, len(targets)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -154,12 +171,13 @@ def _attach_all(host: Host, request: VolumeRequest, targets: list[Target],
     failures = [(t, o) for t, o in zip(targets, outcomes) if isinstance(o, BaseException)]
     if not failures:
         return outcomes  # type: ignore[return-value]
-    for target in targets:
-        if target.uuid in aliases:
-            undo_attach(host, target.domain.listed.dom, aliases[target.uuid])
+    undone = {t.uuid: undo_attach(host, t.domain.listed.dom, aliases[t.uuid])
+              for t in targets if t.uuid in aliases}
     target, exc = failures[0]
     if not isinstance(exc, VirtDriverError):
         raise exc
+    per_guest += [_outcome(t, o, undone.get(t.uuid, True), target.name)
+                  for t, o in zip(targets, outcomes)]
     if len(targets) == 1:
         raise exc
     made = len(targets) - len(failures)
@@ -173,7 +191,8 @@ def _attach_guest(host: Host, request: VolumeRequest, target: Target, placement:
     # Volume locks do not stop two volumes being attached to one guest at once: choosing a free
     # target and attaching are serialized per guest. The disks read with the host are still
     # current unless another attach raised the guest's generation meanwhile.
-    with guest_lock(host.options.lock_dir, target.uuid) as guest:
+    with guest_lock(host.options.lock_dir, target.uuid, timeout=host.options.lock_timeout,
+                    notice_after=host.options.lock_notice_after) as guest:
         domain = target.domain
         if guest.generation != target.generation:
             try:
@@ -231,8 +250,20 @@ def _why_refused(host: Host, dom: libvirt.virDomain, disk: Disk, message: str) -
     return f"{message}: {explained}" if explained else message
 
 
+def _outcome(target: Target, outcome: Attachment | BaseException, undone: bool,
+             failed_at: str) -> Attachment | Exception:
+    """What became of one guest of an attach that failed (at ``failed_at``)."""
+    if isinstance(outcome, Exception):
+        return outcome
+    if undone:
+        return AttachRolledBack(f"{target.name} took the disk; rolled back because the attach "
+                                f"failed at {failed_at}")
+    return AttachFailed(f"{target.name} took the disk, and removing it again failed (see the "
+                        "log); 'virtdriver list' shows whether it is still there")
+
+
 def _report_failure(progress: Progress | None, instances: Sequence[str],
-                    exc: Exception) -> None:
+                    outcomes: Sequence[Attachment | Exception]) -> None:
     if progress:
-        for name in instances:
-            progress(name, exc)
+        for name, outcome in zip(instances, outcomes):
+            progress(name, outcome)

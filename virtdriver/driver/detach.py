@@ -15,6 +15,7 @@ from virtdriver.config import Disk
 from virtdriver.driver.host import Host
 from virtdriver.driver.request import copy_info
 from virtdriver.errors import (
+    DamagedRecord,
     DetachFailed,
     DetachTimeout,
     HypervisorError,
@@ -50,10 +51,14 @@ def detach(host: Host, instance: str, volume_id: str, timeout: float,
             props = dict(copy_info(connection_info)["data"]) if connection_info else None
             try:
                 users = host.release_unless_used(volume_id, data, props)
-            except VirtDriverError as exc:  # the disk is gone: the detach itself succeeded
+            except DamagedRecord as exc:  # the disk is gone: the detach itself succeeded
+                LOG.error("volume %s was detached from %s, but its host connection was not "
+                          "released: %s", volume_id, state.name, exc)
+                return
+            except VirtDriverError as exc:
                 LOG.error("volume %s was detached from %s, but its host connection could not be "
-                          "released (%s); 'virtdriver audit' shows it and 'virtdriver release "
-                          "%s' retries", volume_id, state.name, exc, volume_id)
+                          "released (%s); retry with 'virtdriver release %s'", volume_id,
+                          state.name, exc, volume_id)
                 return
             if users:
                 LOG.info("volume %s stays connected on this host: still used by %s", volume_id,
@@ -114,14 +119,16 @@ def detach_live(host: Host, dom: libvirt.virDomain, disk: Disk, alias: str,
                             f"{timeout:g} s; it stays attached (retry the detach later)")
 
 
-def undo_attach(host: Host, dom: libvirt.virDomain, alias: str) -> None:
-    """Remove whatever part of a failed attach made it into the guest (the disk with ``alias``)."""
+def undo_attach(host: Host, dom: libvirt.virDomain, alias: str) -> bool:
+    """Remove whatever part of a failed attach made it into the guest (the disk with ``alias``);
+    ``False`` when some of it could not be removed (logged)."""
     try:
         uses = host.state(dom).disks
     except HypervisorError:
         if exists(dom):
             raise
-        return  # the guest vanished (a destroyed transient guest): nothing left to undo
+        return True  # the guest vanished (a destroyed transient guest): nothing left to undo
+    undone = True
     for use in sorted(uses, key=lambda u: not u.live):
         if use.device_alias != alias:
             continue
@@ -132,6 +139,8 @@ def undo_attach(host: Host, dom: libvirt.virDomain, alias: str) -> None:
                 dom.detachDeviceFlags(use.disk.to_xml(), libvirt.VIR_DOMAIN_AFFECT_CONFIG)
         except (libvirt.libvirtError, VirtDriverError) as exc:
             LOG.error("could not undo the attach of %s to %s: %s", alias, dom.name(), exc)
+            undone = False
+    return undone
 
 
 def release(host: Host, volume_id: str) -> bool:

@@ -45,7 +45,8 @@ class Host:
              operation: str) -> contextlib.AbstractContextManager[None]:
         """The volumes' and their data's locks (see :mod:`virtdriver.hypervisor.locks`)."""
         return locks(self.options.lock_dir, volumes, data, operation=operation,
-                     timeout=self.options.lock_timeout)
+                     timeout=self.options.lock_timeout,
+                     notice_after=self.options.lock_notice_after)
 
     @contextlib.contextmanager
     def data_locked(self, identity: DataIdentity | None, described: str,

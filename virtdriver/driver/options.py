@@ -7,9 +7,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+from virtdriver import arguments
 from virtdriver.errors import InvalidRenderOption, show
-from virtdriver.policy import check_option_flag, check_option_text
-from virtdriver.hypervisor.locks import DEFAULT_TIMEOUT
+from virtdriver.hypervisor.locks import DEFAULT_TIMEOUT, NOTICE_AFTER
+from virtdriver.policy import check_option_text
 from virtdriver.volume.base import RenderOptions
 
 DEFAULT_STATE_DIR = Path("/var/lib/virtdriver")
@@ -36,6 +37,7 @@ class HostOptions:
     shared_image_label: str | None = None
     detach_timeout: float = 30.0
     lock_timeout: float = DEFAULT_TIMEOUT
+    lock_notice_after: float = NOTICE_AFTER  # a longer wait for a lock is said (a warning)
     native_iscsi: bool = False
     native_glusterfs: bool = False
     #: os-brick connects kernel iSCSI/FC/NVMe-oF volumes over every path, to a multipath device
@@ -48,13 +50,20 @@ class HostOptions:
     initiator_iqn: str | None = None
 
     def __post_init__(self) -> None:
+        arguments.path(self.state_dir, "state_dir", InvalidRenderOption)
+        arguments.path(self.mount_base, "mount_base", InvalidRenderOption, optional=True)
+        for name in ("label_policy", "shared_image_label"):
+            arguments.text(getattr(self, name), name, InvalidRenderOption,
+                           optional=name == "shared_image_label")
+        for name in ("native_iscsi", "native_glusterfs", "use_multipath", "enforce_multipath"):
+            arguments.flag(getattr(self, name), name, InvalidRenderOption)
+        arguments.text(self.initiator_iqn, "initiator_iqn", InvalidRenderOption, optional=True)
         object.__setattr__(self, "state_dir", Path(self.state_dir))
         object.__setattr__(self, "mount_base",
                            str(self.mount_base) if self.mount_base else str(self.state_dir / "mnt"))
         check_timeout(self.detach_timeout, "detach_timeout")
         check_timeout(self.lock_timeout, "lock_timeout")
-        for flag in ("native_iscsi", "native_glusterfs", "use_multipath", "enforce_multipath"):
-            check_option_flag(flag, getattr(self, flag))
+        check_timeout(self.lock_notice_after, "lock_notice_after")
         check_option_text("initiator_iqn", self.initiator_iqn)
         if self.enforce_multipath and not self.use_multipath:
             raise InvalidRenderOption("enforce_multipath needs use_multipath")

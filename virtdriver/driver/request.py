@@ -38,6 +38,7 @@ class VolumeRequest:
             raise InvalidConnectionInfo("connection_info.multiattach",
                                         f"{show(multiattach)} is not true or false")
         driver = get_driver(info.get("driver_volume_type"))
+        driver.check_host_side(info["data"], options)  # before any lock or connect
         return cls(info, vid, multiattach, driver, driver.brick_protocol_for(options), options)
 
     @property

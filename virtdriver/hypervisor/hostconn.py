@@ -20,7 +20,7 @@ from typing import Any
 import libvirt
 
 from virtdriver.config.secret import LibvirtSecret, SecretUsage
-from virtdriver.errors import HostConnectFailed, StateError
+from virtdriver.errors import DamagedRecord, HostConnectFailed, StateError
 from virtdriver.hypervisor import brick, mounts
 from virtdriver.hypervisor.locks import file_token
 from virtdriver.policy.migration import Arrival
@@ -64,9 +64,7 @@ class HostConnections:
         except FileNotFoundError:
             return None, None
         except (OSError, ValueError) as exc:
-            raise StateError(f"the host-connection record {path} is unreadable or damaged "
-                             f"({getattr(exc, 'strerror', None) or exc}); "
-                             "'virtdriver audit' lists it") from None
+            raise DamagedRecord(path, str(getattr(exc, "strerror", None) or exc)) from None
         try:
             if not isinstance(raw, dict):
                 raise TypeError("not a JSON object")
@@ -81,8 +79,7 @@ class HostConnections:
             for arrival in record.arriving:
                 Arrival.from_json(arrival)
         except (TypeError, ValueError) as exc:
-            raise StateError(f"the host-connection record {path} is damaged ({exc}); "
-                             "'virtdriver audit' lists it") from None
+            raise DamagedRecord(path, str(exc)) from None
         return vid, record
 
     def save(self, volume_id: str, record: HostRecord) -> None:

@@ -14,7 +14,10 @@ Why not fasteners or oslo.concurrency: their inter-process locks are POSIX recor
 guests in parallel) would not exclude each other; ``flock`` belongs to the open file description.
 The kernel drops a lock when its holder dies, so a crash never leaves a volume locked. Waits are
 bounded: past ``timeout`` a :class:`~virtdriver.errors.LockTimeout` names the holder, which each
-holder writes into its volume or data lock file.
+holder writes into its volume or data lock file. A wait that lasts longer than ``notice_after``
+seconds (:data:`NOTICE_AFTER`, at most half the timeout) is said once, as a warning of the
+``virtdriver.locks`` logger that the CLI shows: what it waits for, who holds it, for how long it
+will wait.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -31,6 +35,8 @@ from virtdriver.errors import LockTimeout, StateError
 from virtdriver.policy.identity import encode_volume_id
 
 DEFAULT_TIMEOUT = 300.0  # seconds; a host connect (an iSCSI scan) can take minutes
+NOTICE_AFTER = 2.0  # seconds of waiting for a lock before the wait is said
+LOG = logging.getLogger("virtdriver.locks")
 MAX_NAME = 160  # characters of an encoded id kept in a file name; longer ids are hashed
 GENERATION_WIDTH = 20  # digits, written in place with one pwrite
 
@@ -62,8 +68,10 @@ def _holder(fd: int) -> str:
     return text if text and not text.isdigit() else ""
 
 
-def _acquire(fd: int, path: Path, what: str, timeout: float) -> None:
-    """Take the lock, waiting at most ``timeout`` seconds (``inf`` or ``None``: without bound)."""
+def _acquire(fd: int, path: Path, what: str, timeout: float,
+             notice_after: float = NOTICE_AFTER) -> None:
+    """Take the lock, waiting at most ``timeout`` seconds (``inf`` or ``None``: without bound);
+    a wait longer than ``notice_after`` seconds (or half the timeout) is said once."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return
@@ -71,22 +79,28 @@ def _acquire(fd: int, path: Path, what: str, timeout: float) -> None:
         pass
     except OSError as exc:
         raise StateError(f"cannot lock {path}: {exc.strerror or exc}") from None
-    if timeout is None or timeout == float("inf"):
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        return
+    bounded = timeout is not None and timeout != float("inf")
+    start = time.monotonic()
+    notice = start + (min(notice_after, timeout / 2) if bounded else notice_after)
+    deadline = start + max(0.0, timeout) if bounded else float("inf")
     # flock has no timed wait: poll with a growing pause (at most 50 ms), bounded in total.
-    deadline = time.monotonic() + max(0.0, timeout)
     pause = 0.001
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return
         except BlockingIOError:
-            if time.monotonic() >= deadline:
-                holder = _holder(fd)
-                raise LockTimeout(f"{what} is busy: another operation "
-                                  f"({holder or 'holder unknown'}) has held its lock for more "
-                                  f"than {timeout:g} s; try again later") from None
+            now = time.monotonic()
+            if now >= deadline:
+                holder = _holder(fd) or "holder unknown"
+                raise LockTimeout(f"{what} is busy: another operation ({holder}) has held its "
+                                  f"lock for more than {timeout:g} s; try again later (or wait "
+                                  "longer: --lock-timeout)") from None
+            if now >= notice:
+                notice = float("inf")
+                LOG.warning("waiting for %s: %s holds its lock; waiting up to %s", what,
+                            _holder(fd) or "another operation (its pid is not recorded)",
+                            f"{timeout:g} s (--lock-timeout)" if bounded else "without limit")
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
 
@@ -99,10 +113,11 @@ def _note_holder(fd: int, operation: str) -> None:
 
 
 @contextlib.contextmanager
-def _exclusive(path: Path, what: str, operation: str, timeout: float) -> Iterator[None]:
+def _exclusive(path: Path, what: str, operation: str, timeout: float,
+               notice_after: float = NOTICE_AFTER) -> Iterator[None]:
     fd = _open(path)
     try:
-        _acquire(fd, path, what, timeout)
+        _acquire(fd, path, what, timeout, notice_after)
         _note_holder(fd, operation)
         yield
     finally:
@@ -110,29 +125,32 @@ def _exclusive(path: Path, what: str, operation: str, timeout: float) -> Iterato
 
 
 def volume_lock(lock_dir: Path, volume_id: str, *, operation: str = "an operation",
-                timeout: float = DEFAULT_TIMEOUT) -> contextlib.AbstractContextManager[None]:
+                timeout: float = DEFAULT_TIMEOUT,
+                notice_after: float = NOTICE_AFTER) -> contextlib.AbstractContextManager[None]:
     """Hold the exclusive lock of ``volume_id`` (threads and processes alike)."""
     return _exclusive(lock_dir / f"volume-{file_token(volume_id)}.lock", f"volume {volume_id}",
-                      operation, timeout)
+                      operation, timeout, notice_after)
 
 
 def data_lock(lock_dir: Path, token: str, described: str, *, operation: str = "an operation",
-              timeout: float = DEFAULT_TIMEOUT) -> contextlib.AbstractContextManager[None]:
+              timeout: float = DEFAULT_TIMEOUT,
+              notice_after: float = NOTICE_AFTER) -> contextlib.AbstractContextManager[None]:
     """Hold the exclusive lock of one piece of data (``token`` from ``dataid.identity_token``)."""
     return _exclusive(lock_dir / f"data-{token}.lock", f"the data of {described}", operation,
-                      timeout)
+                      timeout, notice_after)
 
 
 @contextlib.contextmanager
 def locks(lock_dir: Path, volumes: list[str], data: list[tuple[str, str]], *, operation: str,
-          timeout: float = DEFAULT_TIMEOUT) -> Iterator[None]:
+          timeout: float = DEFAULT_TIMEOUT, notice_after: float = NOTICE_AFTER) -> Iterator[None]:
     """Volume locks, then data locks, each set in sorted order (so two callers never deadlock)."""
     with contextlib.ExitStack() as stack:
         for vid in sorted(set(volumes)):
-            stack.enter_context(volume_lock(lock_dir, vid, operation=operation, timeout=timeout))
+            stack.enter_context(volume_lock(lock_dir, vid, operation=operation, timeout=timeout,
+                                            notice_after=notice_after))
         for token, described in sorted(set(data)):
             stack.enter_context(data_lock(lock_dir, token, described, operation=operation,
-                                          timeout=timeout))
+                                          timeout=timeout, notice_after=notice_after))
         yield
 
 
@@ -176,13 +194,13 @@ class GuestLock:
 
 
 @contextlib.contextmanager
-def guest_lock(lock_dir: Path, guest_uuid: str, *,
-               timeout: float = DEFAULT_TIMEOUT) -> Iterator[GuestLock]:
+def guest_lock(lock_dir: Path, guest_uuid: str, *, timeout: float = DEFAULT_TIMEOUT,
+               notice_after: float = NOTICE_AFTER) -> Iterator[GuestLock]:
     """Hold the exclusive lock of one guest (target choice and attach are serialized per guest)."""
     path = _guest_lock_path(lock_dir, guest_uuid)
     fd = _open(path)
     try:
-        _acquire(fd, path, f"guest {guest_uuid}", timeout)
+        _acquire(fd, path, f"guest {guest_uuid}", timeout, notice_after)
         yield GuestLock(fd)
     finally:
         os.close(fd)

@@ -61,19 +61,19 @@ def check_volume_id(value: object, where: str = "connection_info.data.volume_id"
     return value  # type: ignore[return-value]
 
 
-def check_requested_volume_id(value: object) -> str:
+def check_requested_volume_id(value: object, field: str = "volume_id") -> str:
     """A volume id given by an operator or a caller (detach, release): :class:`InvalidRequest`."""
     problem = volume_id_problem(value)
     if problem is not None:
-        raise InvalidRequest(f"{show(value)} {problem}")
+        raise InvalidRequest(f"{field}: {show(value)} {problem}")
     return value  # type: ignore[return-value]
 
 
-def check_instance(value: object) -> str:
-    """A guest named by a caller (name or UUID) that is not looked up in libvirt right away (a
-    guest arriving by migration): one printable line, as libvirt's domain names are."""
+def check_instance(value: object, field: str = "instance") -> str:
+    """A guest named by a caller (name or UUID): one printable line, as libvirt's domain names
+    are (checked before libvirt is asked, so that no other type reaches it)."""
     if not isinstance(value, str) or not value or len(value) > 255 or not value.isprintable():
-        raise InvalidRequest(f"{show(value)} is not a guest name or UUID")
+        raise InvalidRequest(f"{field}: {show(value)} is not a guest name or UUID")
     return value
 
 

@@ -21,13 +21,15 @@ sharing, cache policy for sharing, or labels: :mod:`virtdriver.policy` owns thos
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from virtdriver.config import Source
 from virtdriver.errors import InvalidConnectionInfo, show
+# host_name is part of this contract too (protocol modules and plugins import it from here); the
+# one rule for host names and addresses lives in hostname.py.
+from virtdriver.volume.hostname import host_name, split_host_port  # noqa: F401
 
 DATA = "connection_info.data"
 
@@ -89,6 +91,11 @@ class VolumeDriver:
         """libvirt secrets QEMU needs to open the volume, defined before the attach and removed
         with the host side (e.g. CHAP for QEMU's own iSCSI initiator)."""
         return []
+
+    def check_host_side(self, data: Mapping[str, Any], options: RenderOptions) -> None:
+        """Check what the host side connects to (portals, a share's host), before it does:
+        raise :class:`~virtdriver.errors.InvalidConnectionInfo` naming the key. Called when a
+        request is parsed, before any lock or connect; ``source()`` checks it again."""
 
     def data_key(self, data: Mapping[str, Any], options: RenderOptions) -> tuple[str, ...] | None:
         """What names the volume's data before the host connects it, for a protocol whose
@@ -200,26 +207,6 @@ def port_number(value: Any, where: str) -> int | None:
     return value
 
 
-_DNS_NAME = re.compile(r"[A-Za-z0-9.\-]+")  # libvirt's schema: dnsName or an IP address
-
-
-def host_name(value: Any, where: str) -> str:
-    if isinstance(value, str) and 0 < len(value) <= 255 and (
-            _DNS_NAME.fullmatch(value) or _is_ipv6(value)):
-        return value
-    raise InvalidConnectionInfo(where, f"{show(value)} is not a host name or address")
-
-
-def _is_ipv6(value: str) -> bool:
-    if "%" in value:  # a scope id: libvirt's schema has no room for it
-        return False
-    try:
-        ipaddress.IPv6Address(value)
-    except ValueError:
-        return False
-    return True
-
-
 _AUTH_USER = re.compile(r"[A-Za-z0-9_+\-]+")  # libvirt's schema: genericName
 
 
@@ -234,14 +221,8 @@ def auth_username(data: Mapping[str, Any]) -> str:
 
 def split_portal(portal: str, where: str) -> tuple[str, int | None]:
     """``192.0.2.5:3260`` or ``[2001:db8::5]:3260`` into host and port."""
-    if portal.startswith("["):
-        host, _, rest = portal[1:].partition("]")
-        port = rest[1:] if rest.startswith(":") else None
-    elif portal.count(":") == 1:
-        host, _, port = portal.partition(":")
-    else:
-        host, port = portal, None
-    return host_name(host, where), port_number(port, where)
+    host, port = split_host_port(portal, where)
+    return host, port_number(port, where)
 
 
 def disk_format(data: Mapping[str, Any]) -> str:

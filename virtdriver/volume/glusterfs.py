@@ -8,8 +8,8 @@ from typing import Any
 from virtdriver.config import Host, Source
 from virtdriver.errors import InvalidConnectionInfo, show
 from virtdriver.volume import probes
-from virtdriver.volume.base import DATA, RenderOptions, VolumeSource, disk_format, host_name
-from virtdriver.volume.remotefs import RemoteFsVolumeDriver
+from virtdriver.volume.base import DATA, RenderOptions, VolumeSource, disk_format
+from virtdriver.volume.remotefs import RemoteFsVolumeDriver, split_export
 
 GLUSTERD_PORT = 24007
 
@@ -31,11 +31,11 @@ class GlusterFSVolumeDriver(RemoteFsVolumeDriver):
         if not options.native_glusterfs:
             return super().source(data, options)
         export = self.export(data)  # "host:/volume"
-        host, sep, volume = export.partition(":")
+        host, volume = split_export(export, f"{DATA}.export")
         volume = volume.strip("/")
-        if not sep or not volume or "/" in volume:
+        if not volume or "/" in volume:
             raise InvalidConnectionInfo(f"{DATA}.export", f"{show(export)} is not 'host:/volume'")
         name = self.file_path(data, RenderOptions(mount_base="/")).rpartition("/")[2]
         source = Source(protocol="gluster", name=f"{volume}/{name}",
-                        hosts=[Host(name=host_name(host, f"{DATA}.export"), port=GLUSTERD_PORT)])
+                        hosts=[Host(name=host, port=GLUSTERD_PORT)])
         return VolumeSource("network", source, format=disk_format(data))

@@ -42,6 +42,23 @@ def chap_secret_usage(iqn: str, lun: int) -> str:
     return f"virtdriver-iscsi-{iqn}-lun{lun}"
 
 
+def check_portals(data: Mapping[str, Any]) -> None:
+    """The target's portals (``target_portal``, and ``target_portals`` for multipath), checked by
+    the one host rule even when the kernel's initiator, not QEMU, logs in to them."""
+    if data.get("target_portal") is not None:
+        split_portal(required_str(data, "target_portal"), f"{DATA}.target_portal")
+    portals = data.get("target_portals")
+    if portals is None:
+        return
+    if not isinstance(portals, list):
+        raise InvalidConnectionInfo(f"{DATA}.target_portals", f"{show(portals)} is not a list")
+    for i, portal in enumerate(portals):
+        if not isinstance(portal, str):
+            raise InvalidConnectionInfo(f"{DATA}.target_portals[{i}]",
+                                        f"{show(portal)} is not a string")
+        split_portal(portal, f"{DATA}.target_portals[{i}]")
+
+
 def uses_chap(data: Mapping[str, Any]) -> bool:
     method = optional_str(data, "auth_method")
     if method is None or method.lower() == "none":
@@ -71,6 +88,9 @@ class ISCSIVolumeDriver(HostBlockDeviceDriver):
         usage = chap_secret_usage(required_str(data, "target_iqn"), lun_number(data))
         return [HostSecret("iscsi", usage, password.encode())]
 
+    def check_host_side(self, data: Mapping[str, Any], options: RenderOptions) -> None:
+        check_portals(data)
+
     def data_key(self, data: Mapping[str, Any], options: RenderOptions) -> tuple[str, ...] | None:
         return ("iscsi", required_str(data, "target_iqn"), str(lun_number(data)))
 
@@ -78,6 +98,7 @@ class ISCSIVolumeDriver(HostBlockDeviceDriver):
         return probes.iscsi_initiator()
 
     def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
+        check_portals(data)
         if not options.native_iscsi:
             return super().source(data, options)
         iqn = required_str(data, "target_iqn")

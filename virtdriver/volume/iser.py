@@ -1,7 +1,14 @@
 """iSCSI over RDMA (iSER): a host block device at ``data.device_path``."""
 
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
 from virtdriver.volume import probes
+from virtdriver.volume.base import RenderOptions, VolumeSource
 from virtdriver.volume.block import HostBlockDeviceDriver
+from virtdriver.volume.iscsi import check_portals
 
 
 class ISERVolumeDriver(HostBlockDeviceDriver):
@@ -13,3 +20,10 @@ class ISERVolumeDriver(HostBlockDeviceDriver):
         missing = ([] if probes.binary("iscsiadm") else ["no iscsiadm"]) + (
             [] if probes.module("ib_iser") else ["no ib_iser"])
         return probes.verdict(missing, "iscsiadm and ib_iser")
+
+    def check_host_side(self, data: Mapping[str, Any], options: RenderOptions) -> None:
+        check_portals(data)  # the portals the host logs in to
+
+    def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
+        check_portals(data)
+        return super().source(data, options)

@@ -8,6 +8,7 @@ class QuobyteVolumeDriver(RemoteFsVolumeDriver):
     volume_type = "quobyte"
     brick_protocol = "QUOBYTE"
     export_prefix = "quobyte://"
+    export_style = "list"
 
     def host_probe(self) -> tuple[bool, str] | None:
         return probes.fuse_mount("mount.quobyte")

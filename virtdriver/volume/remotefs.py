@@ -22,6 +22,7 @@ from virtdriver.volume.base import (
     disk_format,
     required_str,
 )
+from virtdriver.volume.hostname import host_name, split_host_port
 
 
 def mount_point(mount_base: str, export: str) -> str:
@@ -34,17 +35,51 @@ def mount_point(mount_base: str, export: str) -> str:
     return posixpath.join(mount_base, hashlib.md5(export.encode()).hexdigest())  # noqa: S324
 
 
+def split_export(export: str, where: str) -> tuple[str, str]:
+    """``host:/path`` or ``[2001:db8::5]:/path`` (NFS, GlusterFS) into the checked host and the
+    path."""
+    if export.startswith("["):
+        host, sep, rest = export[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            raise InvalidConnectionInfo(where, f"{show(export)} is not '[address]:/path'")
+        return host_name(f"[{host}]", where), rest[1:]
+    host, sep, path = export.partition(":")
+    if not sep:
+        raise InvalidConnectionInfo(where, f"{show(export)} is not 'host:/path'")
+    return host_name(host, where), path
+
+
+def export_hosts(export: str, style: str | None, where: str) -> list[str]:
+    """The hosts a share is mounted from, each checked by the one host-name rule: ``colon``
+    (``host:/path``), ``unc`` (``//host/share``), ``list`` (``host[:port],.../volume``), or
+    ``None`` for a share named without a host (a cluster name)."""
+    if style == "colon":
+        return [split_export(export, where)[0]]
+    if style == "unc":
+        unc = export.replace("\\", "/")
+        host, sep, _ = unc[2:].partition("/") if unc.startswith("//") else ("", "", "")
+        if not sep:
+            raise InvalidConnectionInfo(where, f"{show(export)} is not '//host/share'")
+        return [host_name(host, where)]
+    if style == "list" and "/" in export:
+        return [split_host_port(part, where)[0] for part in export.split("/", 1)[0].split(",")]
+    return []
+
+
 class RemoteFsVolumeDriver(VolumeDriver):
     """A file on a mounted share; subclasses set protocol, cache and I/O defaults."""
 
     cache: ClassVar[str] = "none"
     io: ClassVar[str | None] = "native"
     export_prefix: ClassVar[str] = ""
+    #: How the share names the hosts it is mounted from (see :func:`export_hosts`).
+    export_style: ClassVar[str | None] = "colon"
 
     def export(self, data: Mapping[str, Any]) -> str:
         export = required_str(data, "export")
         if self.export_prefix and export.startswith(self.export_prefix):
             export = export[len(self.export_prefix):]
+        export_hosts(export, self.export_style, f"{DATA}.export")
         return export
 
     def file_path(self, data: Mapping[str, Any], options: RenderOptions) -> str:
@@ -70,6 +105,11 @@ class RemoteFsVolumeDriver(VolumeDriver):
             return {}
         return {f"{protocol.lower()}_mount_point_base": options.mount_base}
 
+    def check_host_side(self, data: Mapping[str, Any], options: RenderOptions) -> None:
+        if data.get("export") is not None:  # the host mounts it: its host is checked even when
+            self.export(data)               # device_path says where the file already is
+
     def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
+        self.check_host_side(data, options)
         return VolumeSource("file", Source(file=self.file_path(data, options)),
                             format=disk_format(data), cache=self.cache, io=self.io)

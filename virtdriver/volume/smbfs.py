@@ -9,6 +9,7 @@ class SMBFSVolumeDriver(RemoteFsVolumeDriver):
     brick_protocol = None  # mounted by the compute service's own SMB client, not os-brick
     cache = "writeback"
     io = None
+    export_style = "unc"
 
     def host_probe(self) -> tuple[bool, str] | None:
         return probes.kernel_mount(("cifs", "smb3"), "mount.cifs")

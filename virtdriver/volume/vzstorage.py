@@ -9,6 +9,7 @@ class VZStorageVolumeDriver(RemoteFsVolumeDriver):
     brick_protocol = "VZSTORAGE"
     cache = "writeback"
     io = None
+    export_style = None  # a cluster name ("cluster1:/"), not a host
 
     def host_probe(self) -> tuple[bool, str] | None:
         return probes.fuse_mount("pstorage-mount")
