@@ -108,7 +108,8 @@ HOST_OPTIONS = (lambda **kw: HostOptions(**kw), {
     "label_policy": ("auto", text), "shared_image_label": (None, opt(text)),
     "detach_timeout": (30.0, number), "lock_timeout": (5.0, number),
     "lock_notice_after": (2.0, number), "native_iscsi": (False, flag),
-    "native_glusterfs": (False, flag)})
+    "native_glusterfs": (False, flag), "use_multipath": (False, flag),
+    "enforce_multipath": (False, flag), "initiator_iqn": (None, opt(text))})
 
 DRIVER_ARGS = {
     "__init__": {"uri": ("test:///default", text), "state_dir": ("/tmp/vd-types", path),
@@ -116,7 +117,7 @@ DRIVER_ARGS = {
     "list_attachments": {"instance": ("no-such-guest", text)},
     "volume_users": {"volume": (VID, text)},
     "connector_properties": {"attach_mode": ("ro", text), "my_ip": ("127.0.0.1", text),
-                             "multipath": (False, flag)},
+                             "multipath": (None, opt(flag))},
     "attach_volume": {"connection_info": (INFO, mapping), "instance": ("no-such-guest", text),
                       "attach_mode": ("ro", text), "target_dev": (None, opt(text)),
                       "bus": (None, opt(text)), "device": ("disk", text),
