@@ -102,8 +102,14 @@ class LinuxGuest:
                 chunk = sock.recv(65536)
             except socket.timeout:
                 continue
+            except OSError as exc:
+                chunk = b""
+                reason = f"command channel broke ({exc})"
+            else:
+                reason = "command channel closed"
             if not chunk:
-                raise GuestCommandError(f"{self.name()}: command channel closed")
+                raise GuestCommandError(f"{self.name()}: {reason}; console: "
+                                        f"{self.console_tail()!r}")
             self._buf += chunk
         line, self._buf = self._buf.split(b"\n", 1)
         return line.decode(errors="replace")
@@ -182,9 +188,9 @@ class LinuxGuests:
             except libvirt.libvirtError as exc:
                 if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
                     raise
-            for path in (RUN_DIR / f"{full}.sock", RUN_DIR / f"{full}.log"):
-                if path.exists():
-                    os.unlink(path)
+            sock = RUN_DIR / f"{full}.sock"
+            if sock.exists():
+                os.unlink(sock)  # the console log stays, for a look after a failure
             del self._made[full]
 
     def __enter__(self) -> LinuxGuests:

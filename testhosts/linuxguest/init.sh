@@ -13,13 +13,13 @@ while read -r mod; do insmod "/lib/modules/$mod" || echo "linuxguest: insmod $mo
     < /lib/modules/load.order
 port=
 n=0
-while [ -z "$port" ] && [ $n -lt 300 ]; do
+while [ -z "$port" ]; do
     for p in /sys/class/virtio-ports/*; do
         [ "$(cat "$p/name" 2>/dev/null)" = vd.cmd ] && [ -e "/dev/${p##*/}" ] && port=/dev/${p##*/}
     done
-    [ -z "$port" ] && { n=$((n + 1)); sleep 0.1; }
+    [ -z "$port" ] && { n=$((n + 1)); [ $n = 100 ] && ls -l /sys/class/virtio-ports/; sleep 0.1; }
 done
-echo "linuxguest: ready on ${port:-NO PORT}"
+echo "linuxguest: ready on $port"
 serve() {
     while read -r id script; do
         echo "$script" | base64 -d > /tmp/cmd
@@ -32,5 +32,6 @@ serve() {
 }
 # A virtio port opens once (a second open is EBUSY): one read-write descriptor. read returns
 # at once while no host is connected to the port: retry gently.
-exec 3<>"$port"
+# PID 1 must never exit (the kernel would panic): nothing below may end the shell.
+while ! exec 3<>"$port"; do sleep 1; done
 while :; do serve <&3 >&3; sleep 0.2; done
