@@ -1,6 +1,6 @@
 """Build the test guest's kernel and initramfs from Debian packages, cached by their inputs.
 
-``python -m testhosts.linuxguest.build`` prints the cache directory (``vmlinuz``,
+``python -m testhosts.linuxguest [CACHE]`` builds it and prints the cache directory (``vmlinuz``,
 ``initrd.gz``, ``manifest.json``). The packages are fetched with ``apt-get download`` and
 unpacked with ``dpkg-deb -x``: no kernel is installed on the host. The initramfs holds busybox,
 a few sg3-utils tools with their libraries, the modules in :data:`MODULES` and their
@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -41,6 +40,7 @@ def _run(*cmd: str, cwd: Path | None = None) -> str:
 
 def kernel_package() -> str:
     """The versioned kernel package that ``linux-image-amd64`` depends on."""
+    candidate_version(KERNEL_META)  # reads the package lists first if there are none
     found = re.search(r"Depends: (linux-image-\S+)", _run("apt-cache", "depends", KERNEL_META))
     if not found:
         raise RuntimeError(f"apt-cache knows no kernel behind {KERNEL_META}")
@@ -48,10 +48,15 @@ def kernel_package() -> str:
 
 
 def candidate_version(package: str) -> str:
-    found = re.search(r"Candidate: (\S+)", _run("apt-cache", "policy", package))
-    if not found or found.group(1) == "(none)":
-        raise RuntimeError(f"apt has no candidate for {package} (apt-get update?)")
-    return found.group(1)
+    """The version ``apt-get download`` would fetch; the package lists are read once first
+    if this machine has none (a fresh image with /var/lib/apt/lists emptied)."""
+    for attempt in (1, 2):
+        found = re.search(r"Candidate: (\S+)", _run("apt-cache", "policy", package))
+        if found and found.group(1) != "(none)":
+            return found.group(1)
+        if attempt == 1:
+            _run("apt-get", "update", "-qq")
+    raise RuntimeError(f"apt has no candidate for {package}")
 
 
 def fetch_deb(package: str, version: str, debs: Path) -> Path:
@@ -139,7 +144,3 @@ def build(cache: Path = CACHE) -> Path:
             staged.chmod(0o755)
             staged.rename(out)
     return out
-
-
-if __name__ == "__main__":
-    print(build(Path(sys.argv[1]) if len(sys.argv) > 1 else CACHE))
