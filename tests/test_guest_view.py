@@ -10,13 +10,7 @@ import secrets
 
 import pytest
 
-from tests.support.linuxguest import (  # noqa: F401 - fixtures, found by name
-    disk_by_serial,
-    linux_image,
-    linux_pair,
-    wait_disk_gone,
-    wait_size,
-)
+from tests.support.linuxguest import disk_by_serial, wait_disk_gone, wait_size
 from tests.support.volumes import local_volume
 
 pytestmark = pytest.mark.hypervisor

@@ -26,7 +26,7 @@ CACHE = Path(os.environ.get("VIRTDRIVER_LINUXGUEST_CACHE", "/var/tmp/virtdriver-
 KERNEL_META = "linux-image-amd64"
 PACKAGES = ("busybox-static", "sg3-utils", "libsgutils2-1.46-2")
 MODULES = ("virtio_pci", "virtio_scsi", "sd_mod", "virtio_console", "crct10dif_generic")
-SG_TOOLS = ("sg_persist", "sg_inq", "sg_readcap", "sg_turs")
+SG_TOOLS = ("sg_persist", "sg_raw", "sg_inq", "sg_readcap", "sg_turs")
 HERE = Path(__file__).resolve().parent
 SOURCES = (HERE / "build.py", HERE / "initramfs.py", HERE / "init.sh")
 

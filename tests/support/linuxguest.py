@@ -1,7 +1,7 @@
 """Fixtures and in-guest probes over the small Linux test guest (testhosts/linuxguest).
 
-The guests boot under TCG (about 15 s each here), so one pair serves a whole test module; each
-test detaches what it attached. Every probe polls inside the guest with a bounded loop and
+The guests boot under TCG (about 20 s for the pair here), so one pair serves the whole session;
+each test detaches what it attached. Every probe polls inside the guest with a bounded loop and
 returns what the guest printed: that output is the evidence the tests assert on.
 """
 
@@ -27,9 +27,9 @@ def linux_image():
     return build()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def linux_pair(linux_image) -> Iterator[tuple[LinuxGuest, LinuxGuest]]:
-    """Two booted Linux guests (A and B), booted in parallel, removed after the module."""
+    """Two booted Linux guests (A and B), booted in parallel, removed after the session."""
     from virtdriver.guests import open_connection
 
     conn: libvirt.virConnect = open_connection()
@@ -72,3 +72,13 @@ def wait_size(guest: LinuxGuest, name: str, size: int, *, timeout: float = POLL_
     script = _poll(f"[ \"$(blockdev --getsize64 /dev/{name})\" = {size} ]", int(timeout / 0.2))
     guest.run(script, timeout=timeout + 30)
     return int(guest.check(f"blockdev --getsize64 /dev/{name}"))
+
+
+def disk_by_vendor(guest: LinuxGuest, vendor: str, *, timeout: float = POLL_SECONDS) -> str:
+    """The guest's name (``sdX``) of the one SCSI disk whose vendor is ``vendor`` (a
+    ``device='lun'`` disk carries no serial of ours; the target's own vendor tells it)."""
+    find = (f"d=$(grep -lx '{vendor} *' /sys/block/sd*/device/vendor 2>/dev/null | head -n1)"
+            " && [ -n \"$d\" ]")
+    out = guest.check(_poll(find, int(timeout / 0.2)) + "; echo ${d#/sys/block/} | cut -d/ -f1",
+                      timeout=timeout + 30)
+    return out.strip()
