@@ -21,10 +21,6 @@ from tests.support.fixtures import (  # noqa: F401 - fixtures, found by name
     system_conn,
     volume_driver,
 )
-from tests.support.linuxguest import (  # noqa: F401 - fixtures, found by name
-    linux_image,
-    linux_pair,
-)
 from virtdriver.schema import disk_schema, validate_disk
 
 ROOT = Path(__file__).resolve().parent.parent

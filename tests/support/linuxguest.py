@@ -1,8 +1,9 @@
 """Fixtures and in-guest probes over the small Linux test guest (testhosts/linuxguest).
 
-The guests boot under TCG (about 20 s for the pair here), so one pair serves the whole session;
-each test detaches what it attached. Every probe polls inside the guest with a bounded loop and
-returns what the guest printed: that output is the evidence the tests assert on.
+The guests boot under TCG (about 20 s for the pair here), so one pair serves all of
+tests/inguest/ (a package-scoped fixture); each test detaches what it attached. Every probe
+polls inside the guest with a bounded loop and returns what the guest printed: that output is
+the evidence the tests assert on.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ def linux_image():
     return build()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def linux_pair(linux_image) -> Iterator[tuple[LinuxGuest, LinuxGuest]]:
-    """Two booted Linux guests (A and B), booted in parallel, removed after the session."""
+    """Two booted Linux guests (A and B), booted in parallel, removed after the package's tests."""
     from virtdriver.guests import open_connection
 
     conn: libvirt.virConnect = open_connection()
