@@ -12,6 +12,7 @@ import pytest
 
 from tests.support.linuxguest import disk_by_serial, wait_disk_gone, wait_size
 from tests.support.volumes import local_volume
+from virtdriver.errors import HypervisorError
 
 pytestmark = pytest.mark.hypervisor
 
@@ -82,3 +83,16 @@ def test_the_rw_guest_sees_an_online_extend(shared, volume_driver, loop_device) 
     loop_device.extend(grown)
     assert volume_driver.extend_volume(a.name(), info, grown) == grown
     assert wait_size(a, disk_a, grown) == grown
+
+
+@pytest.mark.xfail(strict=True, raises=HypervisorError,
+                   reason="libvirt refuses blockResize on a read-only disk ('can't resize empty "
+                          "or readonly disk'); a ro attachment learns the new size only once "
+                          "virtdriver tells its QEMU another way")
+def test_the_ro_guest_sees_an_online_extend(shared, volume_driver, loop_device) -> None:
+    a, _disk_a, b, disk_b, info = shared
+    grown = loop_device.size + (32 << 20)
+    loop_device.extend(grown)
+    volume_driver.extend_volume(a.name(), info, grown)
+    volume_driver.extend_volume(b.name(), info, grown)
+    assert wait_size(b, disk_b, grown) == grown
