@@ -1,5 +1,5 @@
-"""SCSI-3 persistent reservations fence a guest out: two Linux guests, one iSCSI LUN of the test
-target (tgt) as ``device='lun'``, each guest's QEMU logging in under its own initiator name.
+"""SCSI-3 persistent reservations fence a guest out: two Linux guests, the test target's (tgt)
+reservations LUN as ``device='lun'``, each guest's QEMU logging in under its own initiator name.
 
 The evidence is what sg_persist and sg_raw print inside the guests.
 """
@@ -39,11 +39,13 @@ def lun_drivers(tmp_path: Path):
 def test_a_write_exclusive_reservation_fences_the_other_guest(
         backends, linux_pair, lun_drivers) -> None:
     need(backends, "iscsi")
+    if not backends.get("VD_ISCSI_PR_LUN"):  # a backend started by an older script
+        pytest.skip("the iscsi test backend has no reservations LUN (restart it)")
     vid = str(uuid.uuid4())
     info = {"driver_volume_type": "iscsi", "serial": vid, "multiattach": True,
             "data": {"volume_id": vid, "target_portal": backends["VD_ISCSI_PORTAL"],
                      "target_iqn": backends["VD_ISCSI_IQN"],
-                     "target_lun": int(backends["VD_ISCSI_LUN"]), "access_mode": "rw"}}
+                     "target_lun": int(backends["VD_ISCSI_PR_LUN"]), "access_mode": "rw"}}
     (a, b), attached = linux_pair, []
     try:
         for guest, driver in zip((a, b), lun_drivers):
