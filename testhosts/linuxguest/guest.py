@@ -164,6 +164,9 @@ class LinuxGuests:
         self.memory_mib = memory_mib
         self._made: dict[str, LinuxGuest] = {}
         RUN_DIR.mkdir(parents=True, exist_ok=True)
+        for old in RUN_DIR.glob(f"{NAME_PREFIX}*.log"):  # consoles kept for a look, a day long
+            if time.time() - old.stat().st_mtime > 86400:
+                old.unlink(missing_ok=True)
 
     def start(self, name: str = "g", *, wait: bool = True) -> LinuxGuest:
         """Create a transient guest and (``wait``) wait for its command prompt."""
