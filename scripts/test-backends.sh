@@ -10,7 +10,8 @@
 #
 # Backends (each independent: one failing does not stop the others; `up` exits non-zero for a
 # failure only with --strict):
-#   iscsi    tgtd (userspace target) on 127.0.0.1:3260, one LUN without auth, one with CHAP
+#   iscsi    tgtd (userspace target) on 127.0.0.1:3260, one LUN without auth, one with CHAP,
+#            and LUN 2 beside the first for the SCSI persistent-reservation tests
 #   nbd      qemu-nbd --shared=16 --persistent on 127.0.0.1:10809, one named export
 #   ceph     one mon + one memstore OSD, cephx, pool `volumes`, user client.volumes, one RBD image
 #   gluster  glusterd + one brick, volume `vdvol`, FUSE-mountable (127.0.0.1:/vdvol) and gluster://
@@ -177,7 +178,7 @@ start_iscsi() {
     command -v tgtd >/dev/null || { log "iscsi: tgtd not installed (package tgt)"; return 1; }
     need_free_port "$ISCSI_PORT" iscsi || return 1
     mkdir -p "$d"
-    truncate -s "$LUN_BYTES" "$d/lun-noauth.img" "$d/lun-chap.img"
+    truncate -s "$LUN_BYTES" "$d/lun-noauth.img" "$d/lun-chap.img" "$d/lun-reservations.img"
     [ -s "$d/chap.password" ] || randhex 16 >"$d/chap.password"
     # -f keeps tgtd in the foreground so its messages land in our log (it would use syslog);
     # -p only to put the state dir into its command line (that is how `down` recognises it).
@@ -187,6 +188,8 @@ start_iscsi() {
     wait_for 10 TGTADM --op show --mode system || { log "iscsi: tgtd did not answer (see $d/tgtd.log)"; return 1; }
     TGTADM --op new --mode target --tid 1 -T "$ISCSI_IQN"
     TGTADM --op new --mode logicalunit --tid 1 --lun 1 -b "$d/lun-noauth.img"
+    # A LUN of its own for reservations: one held there never fences another test's writes.
+    TGTADM --op new --mode logicalunit --tid 1 --lun 2 -b "$d/lun-reservations.img"
     TGTADM --op bind --mode target --tid 1 -I ALL
     TGTADM --op new --mode target --tid 2 -T "$ISCSI_CHAP_IQN"
     TGTADM --op new --mode logicalunit --tid 2 --lun 1 -b "$d/lun-chap.img"
@@ -218,6 +221,7 @@ env_iscsi() {
     kv VD_ISCSI_PORTAL "$HOST:$ISCSI_PORT"
     kv VD_ISCSI_IQN "$ISCSI_IQN"
     kv VD_ISCSI_LUN 1
+    kv VD_ISCSI_PR_LUN 2
     kv VD_ISCSI_CHAP_IQN "$ISCSI_CHAP_IQN"
     kv VD_ISCSI_CHAP_LUN 1
     kv VD_ISCSI_CHAP_USER "$ISCSI_CHAP_USER"

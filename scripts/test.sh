@@ -3,7 +3,8 @@
 # test backends on 127.0.0.1 (tgt, qemu-nbd, Ceph, Gluster; torn down afterwards), then pytest.
 # Then nova's own libvirt volume tests against virtdriver.nova and its real-guest test
 # (scripts/nova-suite.sh; its nova venv is cached under /var/tmp; VIRTDRIVER_SKIP_NOVA=1 skips it).
-# Extra arguments go to pytest.
+# The in-guest tests build their Linux test guest (testhosts/linuxguest) from the pytest fixture,
+# cached under /var/tmp/virtdriver-linuxguest. Extra arguments go to pytest.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"

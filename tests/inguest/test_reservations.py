@@ -1,0 +1,77 @@
+"""SCSI-3 persistent reservations fence a guest out: two Linux guests, the test target's (tgt)
+reservations LUN as ``device='lun'``, each guest's QEMU logging in under its own initiator name.
+
+The evidence is what sg_persist and sg_raw print inside the guests.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.support.backends import need
+from tests.support.linuxguest import disk_by_vendor, wait_disk_gone
+from virtdriver.guests import SYSTEM_URI
+
+pytestmark = pytest.mark.hypervisor
+
+KEY = "0xa1"
+#: WRITE(10) of one 512-byte block at LBA 0; -s sends that many bytes from -i.
+WRITE_LBA0 = "sg_raw -s 512 -i /dev/zero /dev/{d} 2a 00 00 00 00 00 00 00 01 00"
+
+
+@pytest.fixture
+def lun_drivers(tmp_path: Path):
+    """One LibvirtVolumeDriver per guest, each QEMU's iSCSI initiator under its own name."""
+    from virtdriver import LibvirtVolumeDriver
+
+    made = [LibvirtVolumeDriver(SYSTEM_URI, state_dir=tmp_path / who, detach_timeout=20,
+                                native_iscsi=True,
+                                initiator_iqn=f"iqn.2026-01.io.virtdriver.test:guest-{who}")
+            for who in ("a", "b")]
+    yield made
+    for driver in made:
+        driver.close()
+
+
+def test_a_write_exclusive_reservation_fences_the_other_guest(
+        backends, linux_pair, lun_drivers) -> None:
+    need(backends, "iscsi")
+    if not backends.get("VD_ISCSI_PR_LUN"):  # a backend started by an older script
+        reason = "the iscsi test backend has no reservations LUN (restart it)"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    vid = str(uuid.uuid4())
+    info = {"driver_volume_type": "iscsi", "serial": vid, "multiattach": True,
+            "data": {"volume_id": vid, "target_portal": backends["VD_ISCSI_PORTAL"],
+                     "target_iqn": backends["VD_ISCSI_IQN"],
+                     "target_lun": int(backends["VD_ISCSI_PR_LUN"]), "access_mode": "rw"}}
+    (a, b), attached = linux_pair, []
+    try:
+        for guest, driver in zip((a, b), lun_drivers):
+            driver.attach_volume(info, guest.name(), device="lun", bus="scsi")
+            attached.append((guest, driver))
+        da, db = disk_by_vendor(a, "IET"), disk_by_vendor(b, "IET")
+        a.check(f"sg_persist -n --out --register --param-sark={KEY} /dev/{da}")
+        a.check(f"sg_persist -n --out --reserve --param-rk={KEY} --prout-type=1 /dev/{da}")
+        shown = b.check(f"sg_persist -n --in --read-reservation /dev/{db}")
+        assert "Write Exclusive" in shown, shown
+
+        fenced = b.run(WRITE_LBA0.format(d=db))
+        assert fenced.rc != 0 and "reservation conflict" in fenced.output.lower(), fenced.output
+        assert a.run(WRITE_LBA0.format(d=da)).rc == 0  # the holder writes
+
+        a.check(f"sg_persist -n --out --release --param-rk={KEY} --prout-type=1 /dev/{da}")
+        freed = b.run(WRITE_LBA0.format(d=db))
+        assert freed.rc == 0, freed.output
+    finally:
+        for guest, _driver in attached[:1]:  # leave the shared LUN without our registration
+            guest.run(f"d=$(grep -lx 'IET *' /sys/block/sd*/device/vendor | cut -d/ -f4);"
+                      f" sg_persist -n --out --register --param-rk={KEY} --param-sark=0 /dev/$d")
+        for guest, driver in attached:
+            driver.detach_volume(guest.name(), vid)
+    assert da not in wait_disk_gone(a, da).split() and db not in wait_disk_gone(b, db).split()

@@ -1,0 +1,98 @@
+"""What the guest sees: the multiattach promises checked from inside two real Linux guests.
+
+The guests (testhosts/linuxguest) share one loop-device volume attached through
+``LibvirtVolumeDriver``; each assertion is on what a guest's own kernel and tools printed.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+
+from tests.support.linuxguest import disk_by_serial, wait_disk_gone, wait_size
+from tests.support.volumes import local_volume
+from virtdriver.errors import HypervisorError
+
+pytestmark = pytest.mark.hypervisor
+
+
+@pytest.fixture
+def shared(linux_pair, volume_driver, loop_device):
+    """The loop volume attached rw to guest A and ro to guest B; detached afterwards.
+
+    Yields (A, A's disk name, B, B's disk name, connection_info).
+    """
+    a, b = linux_pair
+    info = local_volume(loop_device.device, multiattach=True)
+    vid = info["data"]["volume_id"]
+    attached = []
+    try:
+        for guest, mode in ((a, "rw"), (b, "ro")):
+            volume_driver.attach_volume(info, guest.name(), attach_mode=mode)
+            attached.append(guest)
+        yield a, disk_by_serial(a, vid), b, disk_by_serial(b, vid), info
+    finally:
+        for guest in attached:
+            volume_driver.detach_volume(guest.name(), vid)
+
+
+def test_ro_is_read_only_to_the_guest_kernel_and_rw_is_writable(shared) -> None:
+    a, disk_a, b, disk_b, _info = shared
+    assert a.check(f"blockdev --getro /dev/{disk_a}").strip() == "0"
+    assert b.check(f"blockdev --getro /dev/{disk_b}").strip() == "1"
+    refused = b.run(f"dd if=/dev/zero of=/dev/{disk_b} bs=4096 count=1 oflag=direct")
+    assert refused.rc != 0, refused.output
+    assert "Read-only file system" in refused.output, refused.output  # EROFS from the guest
+    written = a.run(f"dd if=/dev/zero of=/dev/{disk_a} bs=4096 count=1 seek=8 oflag=direct")
+    assert written.rc == 0, written.output
+
+
+def test_a_block_written_with_o_direct_in_a_is_read_by_b(shared) -> None:
+    a, disk_a, b, disk_b, _info = shared
+    token = f"virtdriver-{secrets.token_hex(8)}"
+    a.check(f"yes {token} | head -c 4096 > /tmp/block")
+    a.check(f"dd if=/tmp/block of=/dev/{disk_a} bs=4096 count=1 seek=3 oflag=direct")
+    sum_a = a.check("md5sum < /tmp/block").split()[0]
+    seen = b.check(f"dd if=/dev/{disk_b} of=/tmp/seen bs=4096 count=1 skip=3 iflag=direct"
+                   " 2>/dev/null; head -c 64 /tmp/seen; echo; md5sum < /tmp/seen")
+    assert token in seen
+    assert seen.split()[-2] == sum_a
+
+
+def test_a_hot_plugged_disk_appears_in_the_guest_and_goes_on_detach(
+        linux_pair, volume_driver, loop_device) -> None:
+    a, _b = linux_pair
+    info = local_volume(loop_device.device, multiattach=True)
+    vid = info["data"]["volume_id"]
+    volume_driver.attach_volume(info, a.name(), attach_mode="rw")
+    try:
+        name = disk_by_serial(a, vid)
+        assert name.startswith("sd")
+        assert a.check(f"cat /sys/block/{name}/size").strip() == str(loop_device.size // 512)
+    finally:
+        volume_driver.detach_volume(a.name(), vid)
+    assert name not in wait_disk_gone(a, name).split()
+
+
+def test_the_rw_guest_sees_an_online_extend(shared, volume_driver, loop_device) -> None:
+    a, disk_a, _b, _disk_b, info = shared
+    before = int(a.check(f"blockdev --getsize64 /dev/{disk_a}"))
+    assert before == loop_device.size
+    grown = loop_device.size + (32 << 20)
+    loop_device.extend(grown)
+    assert volume_driver.extend_volume(a.name(), info, grown) == grown
+    assert wait_size(a, disk_a, grown) == grown
+
+
+@pytest.mark.xfail(strict=True, raises=HypervisorError,
+                   reason="libvirt refuses blockResize on a read-only disk ('can't resize empty "
+                          "or readonly disk'); a ro attachment learns the new size only once "
+                          "virtdriver tells its QEMU another way")
+def test_the_ro_guest_sees_an_online_extend(shared, volume_driver, loop_device) -> None:
+    a, _disk_a, b, disk_b, info = shared
+    grown = loop_device.size + (32 << 20)
+    loop_device.extend(grown)
+    volume_driver.extend_volume(a.name(), info, grown)
+    volume_driver.extend_volume(b.name(), info, grown)
+    assert wait_size(b, disk_b, grown) == grown
