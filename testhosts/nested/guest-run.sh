@@ -68,7 +68,7 @@ grep -A2 '<secmodel>' "$R/capabilities.xml" | grep '<model>' | sed 's/ *<[/]*mod
 step_done libvirtd
 
 if [ "$LSM" = selinux ]; then
-    getsebool virt_use_execmem >"$R/booleans.txt" 2>&1
+    getsebool -a >"$R/booleans.txt" 2>&1
     semodule -l 2>/dev/null | grep -x virtdriver_nested >>"$R/booleans.txt"
 fi
 

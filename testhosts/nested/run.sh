@@ -125,7 +125,7 @@ rc=$(cat "$results/pytest-exit")
 echo "image $t_image wheelhouse $t_wheels payload $t_payload vm $t_vm" >"$results/host-timings.txt"
 say "$(cat "$results/mode.txt" 2>/dev/null || echo 'mode: unknown')"
 say "VM ran $t_vm s; in-VM steps: $(tr '\n' ' ' <"$results/timings.txt" 2>/dev/null)"
-summary=$(grep -E '^=+ .*(passed|failed|error|skipped|deselected|no tests ran).* in [0-9.]+s' \
+summary=$(grep -E '^(=+ )?[0-9]+ (passed|failed|error|skipped|deselected)|no tests ran' \
           "$results/pytest.txt" | tail -n 1 || true)
 say "pytest: ${summary:-no summary line (see $results/pytest.txt)}"
 say "results in $results (junit.xml, pytest.txt, avc/audit, sestatus/aa-status, libvirt logs)"
