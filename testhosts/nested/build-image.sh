@@ -23,7 +23,8 @@ log() { printf 'build-image: %s\n' "$*" >&2; }
 [ "$(id -u)" = 0 ] || { log "must run as root"; exit 1; }
 
 packages=$(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$here/packages.txt" | tr -d ' \t')
-key=$( { cat "${BASH_SOURCE[0]}" "$here/packages.txt"; echo "suite=$suite"; } \
+key=$( { cat "${BASH_SOURCE[0]}" "$here/packages.txt" "$here/virtdriver_nested.cil"
+         echo "suite=$suite"; } \
        | sha256sum | cut -c1-16)
 dest="$cache/image-$key"
 if [ -f "$dest/complete" ]; then
@@ -102,19 +103,11 @@ SELINUXTYPE=default
 EOF
 rm -f "$tree/.autorelabel"
 
-# Exceptions to the policy, each for a reason (see testhosts/README.md):
-#  * virtd_t, virtlogd_t, systemd_machined_t permissive: Debian 12's refpolicy (2.20221101) lags
-#    its libvirt 9.0 (new helpers, sockets and machined calls it does not know); libvirtd,
-#    virtlogd and machined are what the tests drive, not what they test.
-#  * virt_use_execmem on: TCG (no /dev/kvm in the nested VM) generates code at run time.
-# The guests' QEMU processes (svirt_t, with their own MCS pair) stay enforced: those are what the
-# tests check.
+# Exceptions to the policy, each for a reason: virtdriver_nested.cil (commented there) and
+# virt_use_execmem on (TCG, since there is no /dev/kvm in the nested VM, generates code at run
+# time). The guests' QEMU (svirt_t) stays enforced.
 mkdir -p "$tree/usr/local/share/virtdriver-nested"
-cat >"$tree/usr/local/share/virtdriver-nested/virtdriver_nested.cil" <<'EOF'
-(typepermissive virtd_t)
-(typepermissive virtlogd_t)
-(typepermissive systemd_machined_t)
-EOF
+cp "$here/virtdriver_nested.cil" "$tree/usr/local/share/virtdriver-nested/"
 in_tree semodule -i /usr/local/share/virtdriver-nested/virtdriver_nested.cil >>"$buildlog" 2>&1
 in_tree semanage boolean -N -m --on virt_use_execmem >>"$buildlog" 2>&1
 
@@ -202,5 +195,9 @@ rm -rf "$tree"
 touch "$work/complete"
 rm -rf "$dest"
 mv "$work" "$dest"
+# Older images (other keys) are of no further use: keep the disk to one image.
+for old in "$cache"/image-*; do
+    [ "$old" = "$dest" ] || rm -rf "$old"
+done
 log "image ready in $dest ($(du -sh "$dest/rootfs.img" | cut -f1) used): $(tr '\n' ' ' <"$dest/timings.txt")"
 echo "$dest"

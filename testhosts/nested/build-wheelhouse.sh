@@ -60,5 +60,8 @@ echo "wheelhouse $((SECONDS - started))" >"$work/wheels/timings.txt"
 touch "$work/wheels/complete"
 rm -rf "$dest"
 mv "$work/wheels" "$dest"
+for old in "$cache"/wheels-*; do
+    [ "$old" = "$dest" ] || [ ! -f "$old/complete" ] || rm -rf "$old"
+done
 log "$n wheels in $dest ($((SECONDS - started)) s)"
 echo "$dest"

@@ -42,9 +42,11 @@ say "$mode"
 
 # ---- venv from the wheelhouse --------------------------------------------------------------------
 step "venv: installing the project and its [test] extra from the wheelhouse (no network)"
+# --no-compile: byte-compiling every module of every wheel costs more under TCG than compiling
+# the few the tests import.
 python3 -m venv /opt/vd/venv
-if ! /opt/vd/venv/bin/pip install -q --no-index --find-links "$P/wheels" -e "$P/project[test]" \
-        >"$R/pip.txt" 2>&1; then
+if ! /opt/vd/venv/bin/pip install -q --no-compile --no-index --find-links "$P/wheels" \
+        -e "$P/project[test]" >"$R/pip.txt" 2>&1; then
     cat "$R/pip.txt"
     say "pip install failed"
     exit 1
@@ -57,6 +59,15 @@ cat >>/etc/libvirt/qemu.conf <<EOF
 # virtdriver nested test host
 security_driver = "$LSM"
 EOF
+# No idle timeout (Debian's default --timeout 120 would stop it between tests).
+echo 'LIBVIRTD_ARGS=""' >/etc/default/libvirtd
+# QEMU's capabilities, probed by an earlier boot of this image (run.sh keeps them beside the
+# image): libvirtd re-validates them against the binary and skips its probe (about a minute).
+caps=/var/cache/libvirt/qemu/capabilities
+if [ -d "$P/qemu-caps" ]; then
+    mkdir -p "$caps"
+    cp "$P"/qemu-caps/*.xml "$caps/" 2>/dev/null && say "seeded QEMU capabilities from an earlier boot"
+fi
 systemctl start virtlogd.socket libvirtd.service
 for _ in $(seq 1 300); do
     virsh -q -c qemu:///system uri >/dev/null 2>&1 && break
@@ -66,6 +77,8 @@ virsh -c qemu:///system capabilities >"$R/capabilities.xml" 2>&1
 grep -A2 '<secmodel>' "$R/capabilities.xml" | grep '<model>' | sed 's/ *<[/]*model>//g' \
     | tr '\n' ' ' | sed 's/^/libvirt secmodels: /' | tee "$R/secmodels.txt"; echo
 step_done libvirtd
+mkdir -p "$R/qemu-caps"
+cp "$caps"/*.xml "$R/qemu-caps/" 2>/dev/null
 
 if [ "$LSM" = selinux ]; then
     getsebool -a >"$R/booleans.txt" 2>&1

@@ -82,7 +82,10 @@ mkdir -p "$run/stage/project"
     printf 'LSM=%q\n' "$lsm"
     printf 'PYTEST_ARGS=('; printf '%q ' "${pytest_args[@]}"; printf ')\n'
 } >"$run/stage/nested.env"
-tar cf "$run/payload.tar" -C "$run/stage" nested.env project \
+# QEMU capabilities a previous boot of this image probed (see guest-run.sh).
+caps_seed=()
+if [ -d "$image/qemu-caps" ]; then cp -r "$image/qemu-caps" "$run/stage/"; caps_seed=(qemu-caps); fi
+tar cf "$run/payload.tar" -C "$run/stage" nested.env project "${caps_seed[@]}" \
     -C "$(dirname "$wheels")" --transform "s,^$(basename "$wheels"),wheels," "$(basename "$wheels")"
 truncate -s 256M "$run/results.raw"
 t_payload=$((SECONDS - t0))
@@ -122,6 +125,9 @@ if [ ! -f "$results/pytest-exit" ]; then
     exit 1
 fi
 rc=$(cat "$results/pytest-exit")
+if [ ! -d "$image/qemu-caps" ] && compgen -G "$results/qemu-caps/*.xml" >/dev/null; then
+    cp -r "$results/qemu-caps" "$image/qemu-caps.tmp" && mv "$image/qemu-caps.tmp" "$image/qemu-caps"
+fi
 echo "image $t_image wheelhouse $t_wheels payload $t_payload vm $t_vm" >"$results/host-timings.txt"
 say "$(cat "$results/mode.txt" 2>/dev/null || echo 'mode: unknown')"
 say "VM ran $t_vm s; in-VM steps: $(tr '\n' ' ' <"$results/timings.txt" 2>/dev/null)"

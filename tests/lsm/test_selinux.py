@@ -24,10 +24,10 @@ SHARED_IMAGE_TYPE = "svirt_image_t"
 
 def process_label(pid: int) -> str:
     """The SELinux context of ``pid`` as ``ps -eZ`` shows it."""
-    for line in run("ps", "-eZ", "-o", "pid=").splitlines():
-        label, _, rest = line.strip().partition(" ")
-        if rest.strip() == str(pid):
-            return label
+    for line in run("ps", "-eZ").splitlines()[1:]:  # LABEL PID TTY TIME CMD
+        fields = line.split()
+        if len(fields) >= 2 and fields[1] == str(pid):
+            return fields[0]
     raise AssertionError(f"pid {pid} not in ps -eZ")
 
 
