@@ -126,7 +126,8 @@ if [ ! -f "$results/pytest-exit" ]; then
 fi
 rc=$(cat "$results/pytest-exit")
 if [ ! -d "$image/qemu-caps" ] && compgen -G "$results/qemu-caps/*.xml" >/dev/null; then
-    cp -r "$results/qemu-caps" "$image/qemu-caps.tmp" && mv "$image/qemu-caps.tmp" "$image/qemu-caps"
+    { cp -r "$results/qemu-caps" "$image/qemu-caps.tmp" && mv "$image/qemu-caps.tmp" "$image/qemu-caps"; } \
+        2>/dev/null || true
 fi
 echo "image $t_image wheelhouse $t_wheels payload $t_payload vm $t_vm" >"$results/host-timings.txt"
 say "$(cat "$results/mode.txt" 2>/dev/null || echo 'mode: unknown')"

@@ -118,11 +118,13 @@ class AuditWindow:
         if done.returncode not in (0, 1) or (done.returncode == 1 and "no matches" not in
                                              done.stderr):
             raise AssertionError(f"ausearch failed ({done.returncode}): {done.stderr}")
-        found = [AuditRecord(ln) for ln in done.stdout.splitlines() if ln.startswith("type=")]
+        # ausearch prints whole events: keep the records of the asked types only (not the
+        # SYSCALL and PROCTITLE records that come with them).
+        wanted = tuple(f"type={t} " for t in self.types.split(","))
+        found = [AuditRecord(ln) for ln in done.stdout.splitlines() if ln.startswith(wanted)]
         with open("/var/log/audit/audit.log", errors="replace") as fh:
             fh.seek(self.log_offset)
-            raw = [ln for ln in fh.read().splitlines()
-                   if any(f"type={t} " in ln for t in self.types.split(","))]
+            raw = [ln for ln in fh.read().splitlines() if ln.startswith(wanted)]
         # Both views must agree that nothing was missed (ausearch is what the brief names; the
         # raw log guards against a time-format mistake that would make it see nothing).
         seen = {r.line for r in found}
