@@ -63,7 +63,11 @@ cleanup() {
     if [ -d "$work" ]; then
         log "build failed; log kept in $cache/failed-$key.log"
         cp "$buildlog" "$cache/failed-$key.log" 2>/dev/null || true
-        rm -rf "$work"
+        # debootstrap mounts /proc (and maybe more) in the tree: never delete through a mount.
+        findmnt -rn -o TARGET | grep -F "$tree/" | sort -r | while read -r m; do
+            umount -l "$m" 2>/dev/null || true
+        done
+        rm -rf --one-file-system "$work"
     fi
 }
 trap cleanup EXIT
