@@ -105,7 +105,8 @@ case "$LSM" in
         ;;
     apparmor)
         aa-status >"$R/aa-status.txt" 2>&1
-        ausearch -m AVC,USER_AVC,APPARMOR_DENIED -i >"$R/apparmor-denials.txt" 2>&1
+        ausearch -m AVC,USER_AVC -i >"$R/apparmor-audit.txt" 2>&1
+        grep 'apparmor="DENIED"' "$R/apparmor-audit.txt" >"$R/apparmor-denials.txt"
         ;;
 esac
 cp /var/log/audit/audit.log "$R/audit.log" 2>/dev/null

@@ -102,7 +102,11 @@ def test_multiattach_loop_device_in_both_profiles(guests, volume_driver, loop_de
     assert rule_for(files_rules(b), dev) is None, files_rules(b)
     # No denial of a guest's QEMU (its libvirt-UUID profile) while this ran. virt-aa-helper's own
     # profile denies it reading /dev/loopN (harmless, HOST.md): only the guests' count.
-    denied = [r.line for r in audit_window.records()
+    records = audit_window.records()
+    denied = [r.line for r in records
               if 'apparmor="DENIED"' in r.line
               and any(f'profile="{profile_name(d)}"' in r.line for d in (a, b))]
     assert denied == [], "\n".join(denied)
+    # The window does see AppArmor's records: every hot-plug replaced A's profile in the kernel.
+    assert any('operation="profile_replace"' in r.line and f'name="{profile_name(a)}"' in r.line
+               for r in records), "no profile_replace of A's profile in the audit window"
