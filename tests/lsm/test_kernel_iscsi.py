@@ -84,8 +84,9 @@ def iscsi_connector(tmp_path: Path):
     cfg.CONF.set_override("lock_path", str(locks), group="oslo_concurrency")
     os_brick.setup(cfg.CONF)
     os_brick.privileged.default.set_client_mode(False)
-    return connector.InitiatorConnector.factory("ISCSI", None, use_multipath=False,
-                                                device_scan_attempts=5)
+    yield connector.InitiatorConnector.factory("ISCSI", None, use_multipath=False,
+                                               device_scan_attempts=5)
+    cfg.CONF.clear_override("lock_path", group="oslo_concurrency")
 
 
 def sessions() -> str:
@@ -145,3 +146,52 @@ def test_os_brick_iscsi_connect_and_disconnect(tgt_lun, iscsi_connector) -> None
     wait_until(lambda: IQN not in sessions(), 30, "the iSCSI session gone")
     wait_until(lambda: not Path(f"/sys/block/{disk}").exists(), 30, f"/dev/{disk} gone")
     assert not os.path.exists(path)
+
+
+def test_kernel_iscsi_multiattach_through_the_driver(tgt_lun, guests, volume_driver) -> None:
+    """One iSCSI volume through the kernel initiator, shared by two guests via
+    ``LibvirtVolumeDriver``: the session stays while any guest uses it, goes with the last.
+    Under SELinux, the disk (a kernel SCSI device) carries the shared image label in both
+    guests' namespaces."""
+    from tests.lsm.conftest import NESTED, qemu_pid, split_context
+    from virtdriver.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
+
+    a, b = guests.start("a"), guests.start("b")
+    vid = str(uuid.uuid4())
+    info = {"driver_volume_type": "iscsi", "serial": vid, "multiattach": True,
+            "data": {"volume_id": vid, "target_iqn": IQN,
+                     "target_portal": f"127.0.0.1:{PORT}", "target_lun": 1}}
+    alias = f"ua-{vid}"
+    volume_driver.attach_volume(info, a.name(), attach_mode="rw")
+    volume_driver.attach_volume(info, b.name(), attach_mode="ro")
+    assert IQN in sessions()
+    assert not block_info(a, alias).ro and block_info(b, alias).ro
+    source = block_info(a, alias).file
+    assert source.startswith("/dev/"), source
+    disk = Path(os.path.realpath(source)).name
+    assert disk.startswith("sd"), (source, disk)
+
+    if NESTED == "selinux":
+        for dom in (a, b):
+            out = run("nsenter", "-t", str(qemu_pid(dom)), "-m", "--", "stat", "-L", "-c", "%C",
+                      source).strip()
+            _, _, typ, level = split_context(out)
+            assert (typ, level) == ("svirt_image_t", "s0"), (dom.name(), out)
+
+    pattern = secrets.randbelow(200) + 20
+    offset = secrets.randbelow(1000) * BLOCK
+    write_pattern(a, alias, pattern, offset=offset)
+    assert read_pattern(b, alias, pattern, offset=offset)
+    with pytest.raises(ReadOnlyWrite):
+        write_pattern(b, alias, 0x01, offset=offset)
+    with open(tgt_lun, "rb") as fh:  # it reached the target's file
+        fh.seek(offset)
+        assert fh.read(BLOCK) == bytes([pattern]) * BLOCK
+
+    volume_driver.detach_volume(a.name(), vid)
+    assert IQN in sessions(), "detaching A logged out the session B still uses"
+    assert read_pattern(b, alias, pattern, offset=offset)
+    volume_driver.detach_volume(b.name(), vid)
+    wait_until(lambda: IQN not in sessions(), 30, "the iSCSI session gone after the last detach")
+    wait_until(lambda: not Path(f"/sys/block/{disk}").exists(), 30, f"/dev/{disk} gone")
+    assert volume_driver.host.connected() == []
