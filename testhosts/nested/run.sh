@@ -69,10 +69,14 @@ t0=$SECONDS
 run=$(mktemp -d /var/tmp/virtdriver-nested/run-XXXXXX)
 qemu_pid=""
 cleanup() {
-    if [ -n "$qemu_pid" ] && kill -0 "$qemu_pid" 2>/dev/null; then kill "$qemu_pid" 2>/dev/null || true; fi
+    if [ -n "$qemu_pid" ] && kill -0 "$qemu_pid" 2>/dev/null; then
+        kill "$qemu_pid" 2>/dev/null || true
+        wait "$qemu_pid" 2>/dev/null || true
+    fi
     rm -rf "$run"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 mkdir -p "$run/stage/project"
 # The working tree as git sees it: tracked files that exist, plus untracked non-ignored ones.
 (cd "$repo" && git ls-files -z --cached --others --exclude-standard \
@@ -98,7 +102,9 @@ say "booting ($lsm, $cpus vCPUs, $memory MiB, timeout ${timeout_s} s)"
 t0=$SECONDS
 status=0
 set +e
-timeout --foreground -k 10 "$timeout_s" \
+# In the background so that an interrupted run.sh stops it (cleanup signals `timeout`, which
+# passes the signal on to QEMU); the console goes through sed for its prefix.
+timeout -k 10 "$timeout_s" \
     qemu-system-x86_64 -name "vdnested-$lsm" -accel tcg,thread=multi -cpu max -smp "$cpus" \
         -m "$memory" -machine q35 -nodefaults -no-user-config -display none \
         -serial stdio -monitor none -nic none -no-reboot \
@@ -107,8 +113,12 @@ timeout --foreground -k 10 "$timeout_s" \
         -drive "file=$image/rootfs.img,format=raw,if=virtio,snapshot=on" \
         -drive "file=$run/payload.tar,format=raw,if=virtio,readonly=on" \
         -drive "file=$run/results.raw,format=raw,if=virtio" \
-        </dev/null 2>&1 | sed -u "s/^/$tag /"
-status=${PIPESTATUS[0]}
+        </dev/null > >(sed -u "s/^/$tag /") 2>&1 &
+qemu_pid=$!
+wait "$qemu_pid"
+status=$?
+qemu_pid=""
+wait 2>/dev/null || true  # the console's sed, so its last lines come before ours
 set -e
 t_vm=$((SECONDS - t0))
 
