@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.lsm.conftest import aa_status, qemu_pid, run, secmodels
+from tests.lsm.conftest import aa_status, qemu_pid, secmodels
 from tests.support.volumes import local_volume
 from virtdriver.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
 
