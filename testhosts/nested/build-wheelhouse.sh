@@ -10,7 +10,6 @@
 # /var/tmp/virtdriver-nested/wheels-<KEY>, KEY a hash of pyproject.toml, this script and the
 # Python version.
 set -euo pipefail
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=${1:?usage: build-wheelhouse.sh REPO_ROOT}
 cache=${VIRTDRIVER_NESTED_CACHE:-/var/tmp/virtdriver-nested}
 log() { printf 'build-wheelhouse: %s\n' "$*" >&2; }
@@ -49,7 +48,7 @@ started=$SECONDS
 python3 -m venv "$work/venv"
 "$work/venv/bin/pip" install -q --upgrade pip >"$work/pip.log" 2>&1 || { cat "$work/pip.log" >&2; exit 1; }
 log "pip wheel '.[test]' (compiles libvirt-python against this host's libvirt headers)"
-if ! "$work/venv/bin/pip" wheel -q --wheel-dir "$work/wheels" "$repo[test]" setuptools wheel pip \
+if ! "$work/venv/bin/pip" wheel -q --wheel-dir "$work/wheels" "${repo}[test]" setuptools wheel pip \
         >>"$work/pip.log" 2>&1; then
     cat "$work/pip.log" >&2
     exit 1

@@ -87,7 +87,7 @@ fi
 
 # ---- pytest, one process ---------------------------------------------------------------------------
 step "pytest ${PYTEST_ARGS[*]}"
-cd "$P/project"
+cd "$P/project" || exit 1
 export VIRTDRIVER_NESTED="$LSM" CI=1 PYTHONDONTWRITEBYTECODE=1
 /opt/vd/venv/bin/python -m pytest -p no:cacheprovider --junitxml="$R/junit.xml" \
     "${PYTEST_ARGS[@]}" 2>&1 | tee "$R/pytest.txt"
