@@ -4,7 +4,11 @@
 # Then nova's own libvirt volume tests against virtdriver.nova and its real-guest test
 # (scripts/nova-suite.sh; its nova venv is cached under /var/tmp; VIRTDRIVER_SKIP_NOVA=1 skips it).
 # The in-guest tests build their Linux test guest (testhosts/linuxguest) from the pytest fixture,
-# cached under /var/tmp/virtdriver-linuxguest. Extra arguments go to pytest.
+# cached under /var/tmp/virtdriver-linuxguest.
+# Then tests/lsm inside the nested test host, booted once with SELinux enforcing and once with
+# AppArmor (scripts/test-nested.sh; image cached under /var/tmp/virtdriver-nested, about 15 min
+# on a fresh machine: testhosts/README.md; VIRTDRIVER_SKIP_NESTED=1 skips it for quick local
+# runs, CI runs it). Extra arguments go to the host's pytest.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
@@ -20,5 +24,10 @@ status=0
 .venv/bin/python -m pytest "$@" || status=$?
 if [ "${VIRTDRIVER_SKIP_NOVA:-0}" != 1 ]; then
     ./scripts/nova-suite.sh || status=1
+fi
+if [ "${VIRTDRIVER_SKIP_NESTED:-0}" != 1 ]; then
+    # One VM at a time (2 cores): SELinux, then AppArmor; the image is built once for both.
+    ./scripts/test-nested.sh --lsm selinux || status=1
+    ./scripts/test-nested.sh --lsm apparmor || status=1
 fi
 exit $status
