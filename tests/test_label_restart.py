@@ -19,17 +19,17 @@ import pytest
 
 from virtdriver import LibvirtVolumeDriver
 from virtdriver.errors import UnsafeAttachment
-from virtdriver.guests import block_info, read_pattern, write_pattern
+from virtdriver.guests import block_info
 from virtdriver.hypervisor.connection import security_models
 
+from .support.labels import restart, shared_guests_survive_restart
 from .support.volumes import local_volume
 
 pytestmark = pytest.mark.hypervisor
 
 
 def _restart(dom: libvirt.virDomain) -> None:
-    dom.destroy()
-    dom.create()  # raises libvirtError when the persistent definition cannot start
+    restart(dom)
 
 
 def _policies(conn: libvirt.virConnect) -> list[str]:
@@ -43,39 +43,7 @@ def test_shared_guests_survive_destroy_and_start(policy, guests, loop_device, tm
     if policy not in _policies(system_conn):
         pytest.skip("covered by test_explicit_without_selinux_is_refused_before_anything: "
                     "this host's libvirt runs no SELinux driver")
-    driver = LibvirtVolumeDriver(state_dir=tmp_path / "state", detach_timeout=20,
-                                 label_policy=policy)
-    try:
-        a, b = guests.start("restart-a"), guests.start("restart-b")
-        info = local_volume(loop_device.device, multiattach=True)
-        vid = info["data"]["volume_id"]
-        alias = f"ua-{vid}"
-        driver.attach_volume(info, a.name(), attach_mode="rw")
-        driver.attach_volume(info, b.name(), attach_mode="ro")
-        models = set(security_models(system_conn.getCapabilities()))
-        for dom in (a, b):
-            for xml in (dom.XMLDesc(0), dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)):
-                written = {m for m in ("selinux", "dac", "apparmor")
-                           if f"<seclabel model='{m}'" in xml}
-                assert written <= models, f"{policy}: per-disk labels for {written - models}"
-
-        for dom in (a, b):
-            _restart(dom)
-
-        qa, qb = block_info(a, alias), block_info(b, alias)
-        assert (qa.ro, qb.ro) == (False, True)
-        assert qa.file == qb.file == loop_device.device and qa.direct and qb.direct
-        write_pattern(a, alias, 0x3C)
-        assert read_pattern(b, alias, 0x3C)
-
-        driver.detach_volume(a.name(), vid)
-        driver.detach_volume(b.name(), vid)
-        assert driver.host.load(vid) is None  # the last detach released the host side
-        for dom in (a, b):  # and after the detach too
-            _restart(dom)
-            assert alias not in dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
-    finally:
-        driver.close()
+    shared_guests_survive_restart(policy, guests, loop_device, tmp_path / "state", system_conn)
 
 
 def test_explicit_without_selinux_is_refused_before_anything(guests, loop_device, tmp_path,

@@ -48,7 +48,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         names = {m.name for m in item.iter_markers()}
         if not names & MARKERS:
             raise pytest.UsageError(f"{item.nodeid} carries none of the markers {sorted(MARKERS)}")
-        (drop if names & other else keep).append(item)
+        # A test marked for both LSMs runs in both modes.
+        (drop if names & other and LSM_MARKERS[NESTED] not in names else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
