@@ -11,14 +11,15 @@ import json
 import sys
 from typing import Any
 
-from virtdriver.cli_io import load_connection_info
+from virtdriver.cli_io import read_volume
 
 DEFAULT_TARGET = {"virtio": "vdb", "scsi": "sdb", "sata": "sdb", "usb": "sdb", "ide": "hdb"}
 
 
 def add_attach_mode(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--attach-mode", default="rw", metavar="ro|rw",
-                   help="attach read-only (ro) or read-write (rw, the default)")
+    p.add_argument("--attach-mode", metavar="ro|rw",
+                   help="attach read-only (ro) or read-write (rw); default: a Cinder "
+                        "attachment record's own attach_mode, else rw")
 
 
 def add_host_options(p: argparse.ArgumentParser) -> None:
@@ -76,10 +77,8 @@ ATTACHMENT_COLUMNS = [("device", "Device"), ("volumeId", "Volume"), ("attach_mod
 
 
 def _attach(args: argparse.Namespace) -> int:
-    info = load_connection_info(args.connection_info)
-    if args.multiattach and isinstance(info, dict):
-        info["multiattach"] = True
-    att = driver_for(args).attach_volume(info, args.domain, attach_mode=args.attach_mode,
+    info, mode = read_volume(args.connection_info, args.attach_mode, args.multiattach)
+    att = driver_for(args).attach_volume(info, args.domain, attach_mode=mode,
                                       target_dev=args.target_dev, bus=args.bus,
                                       device=args.device,
                                       luks_secret_uuid=args.luks_secret_uuid)
@@ -113,12 +112,10 @@ class Progress:
 
 
 def _attach_many(args: argparse.Namespace) -> int:
-    info = load_connection_info(args.connection_info)
-    if args.multiattach and isinstance(info, dict):
-        info["multiattach"] = True
+    info, mode = read_volume(args.connection_info, args.attach_mode, args.multiattach)
     progress = Progress(len(args.domains))
     attachments = driver_for(args).attach_volume_to_many(info, args.domains,
-                                                      attach_mode=args.attach_mode,
+                                                      attach_mode=mode,
                                                       progress=progress.step)
     _print_table([dict(a.to_api(), guest=a.server_name) for a in attachments],
                  [("guest", "Guest")] + ATTACHMENT_COLUMNS[:5])
