@@ -205,3 +205,7 @@ class MigrationRefused(PolicyRefusal, MigrationFailed):
 
 class ExtendRefused(PolicyRefusal):
     """The new size is smaller than the volume, or the storage has not grown to it."""
+
+
+class CinderError(HostError):
+    """The block-storage service (Cinder) refused a call or did not answer (exit 1)."""
