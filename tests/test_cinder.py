@@ -5,6 +5,7 @@ guests by virtdriver straight from what Cinder returned, and given back."""
 from __future__ import annotations
 
 import base64
+import json
 import secrets
 import shlex
 import subprocess
@@ -161,4 +162,56 @@ def test_cinder_refuses_a_second_attachment_of_a_plain_volume(cinder, cinder_sec
     finally:
         cinder.delete_attachment(first["attachment"]["id"])
         cinder.wait_volume(vid, ("available",))
+        cinder.call("DELETE", f"/volumes/{vid}")
+
+
+def cli(*argv: str) -> int:
+    from virtdriver.cli import main
+
+    return main(list(argv))
+
+
+def test_cinder_flow_without_a_compute_service(cinder, cinder_secret, multiattach_type, guests,
+                                               tmp_path, capsys) -> None:
+    """virtdriver attach --cinder / detach: Cinder's attachments follow the guests."""
+    from virtdriver import cinder_flow
+
+    vid = new_volume(cinder, multiattach_type)["id"]
+    state = ["--state-dir", str(tmp_path / "state")]
+    a, b = guests.start("a"), guests.start("b")
+    try:
+        assert cli(*state, "connector", "--attach-mode", "ro") == 0
+        assert json.loads(capsys.readouterr().out)["mode"] == "ro"
+        assert cli(*state, "attach", a.name(), "--cinder", cinder.url, "--volume", vid) == 0
+        assert cli(*state, "attach", b.name(), "--cinder", cinder.url, "--volume", vid,
+                   "--attach-mode", "ro") == 0
+        vol = cinder.volume(vid)
+        assert vol["status"] == "in-use" and len(vol["attachments"]) == 2
+        alias = f"ua-{vid}"
+        assert block_info(b, alias).ro and not block_info(a, alias).ro
+        pattern = secrets.randbelow(200) + 20
+        write_pattern(a, alias, pattern)
+        assert read_pattern(b, alias, pattern)
+        driver = LibvirtVolumeDriver("qemu:///system", state_dir=tmp_path / "state")
+        remembered = {cinder_flow.recall(driver, g.name(), vid)[0] for g in (a, b)}
+        assert remembered == {x["attachment_id"] for x in vol["attachments"]}
+
+        assert cli(*state, "detach", a.name(), vid) == 0
+        assert len(cinder.volume(vid)["attachments"]) == 1
+        assert cli(*state, "detach", b.name(), vid) == 0
+        assert "Cinder attachment" in capsys.readouterr().out
+        assert cinder.wait_volume(vid, ("available",))["attachments"] == []
+        assert cinder_flow.attachments(driver, a.name()) == {}
+
+        # any failure deletes the attachment again: here libvirt refuses the guest's bus
+        assert cli(*state, "attach", a.name(), "--cinder", cinder.url, "--volume", vid,
+                   "--bus", "ide") != 0
+        assert cinder.wait_volume(vid, ("available",))["attachments"] == []
+        assert cli(*state, "attach", a.name(), "--cinder", cinder.url, "--volume", vid,
+                   "--attach-mode", "wo") == 2
+        assert cinder.volume(vid)["attachments"] == []
+    finally:
+        for att in cinder.volume(vid)["attachments"]:
+            cinder.delete_attachment(att["attachment_id"])
+        cinder.wait_volume(vid, ("available", "error"))
         cinder.call("DELETE", f"/volumes/{vid}")
