@@ -32,6 +32,13 @@ class Cinder:
         self._headers: dict[str, str] = {}
 
     def _open(self) -> Any:
+        try:
+            return self._start()
+        except ImportError as exc:
+            raise CinderError(f"talking to Cinder needs {exc.name} (pip install "
+                              "'virtdriver[cinder]')") from None
+
+    def _start(self) -> Any:
         if self._session is None:
             if os.environ.get("OS_AUTH_URL"):
                 from keystoneauth1 import session as ks_session
