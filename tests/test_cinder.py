@@ -196,10 +196,23 @@ def test_cinder_flow_without_a_compute_service(cinder, cinder_secret, multiattac
         remembered = {cinder_flow.recall(driver, g.name(), vid)[0] for g in (a, b)}
         assert remembered == {x["attachment_id"] for x in vol["attachments"]}
 
+        def cinder_dangers() -> list[str]:
+            capsys.readouterr()
+            cli(*state, "audit", "--json", "--cinder", cinder.url)
+            report = json.loads(capsys.readouterr().out)
+            return [d["message"] for v in report["volumes"] if v["volume"] == vid
+                    for d in v["dangers"] if d["kind"] == "cinder"]
+
+        assert cinder_dangers() == []
+        b_att = cinder_flow.recall(driver, b.name(), vid)[0]
+        cinder.delete_attachment(b_att)  # behind the guest's back
+        assert any("no longer has" in m and b.name() in m for m in cinder_dangers())
+
         assert cli(*state, "detach", a.name(), vid) == 0
-        assert len(cinder.volume(vid)["attachments"]) == 1
-        assert cli(*state, "detach", b.name(), vid) == 0
+        assert len(cinder.volume(vid)["attachments"]) == 0
+        assert cli(*state, "detach", b.name(), vid) == 0  # its attachment is already gone: fine
         assert "Cinder attachment" in capsys.readouterr().out
+        assert cinder_dangers() == []
         assert cinder.wait_volume(vid, ("available",))["attachments"] == []
         assert cinder_flow.attachments(driver, a.name()) == {}
 

@@ -81,7 +81,7 @@ class Cinder:
                               f"{type(exc).__name__}") from None
         if reply.status_code >= 400:
             raise CinderError(f"Cinder refused {method} {path}: {reply.status_code} "
-                              f"{_fault(reply)}")
+                              f"{_fault(reply)}", reply.status_code)
         return reply.json() if reply.content else None
 
     # ---- volumes and attachments ------------------------------------------------------------
@@ -99,8 +99,12 @@ class Cinder:
     def complete_attachment(self, attachment_id: str) -> None:
         self.call("POST", f"/attachments/{attachment_id}/action", {"os-complete": None})
 
-    def delete_attachment(self, attachment_id: str) -> None:
-        self.call("DELETE", f"/attachments/{attachment_id}")
+    def delete_attachment(self, attachment_id: str, *, missing_ok: bool = False) -> None:
+        try:
+            self.call("DELETE", f"/attachments/{attachment_id}")
+        except CinderError as exc:
+            if not (missing_ok and exc.status == 404):
+                raise
 
     def wait_volume(self, volume_id: str, statuses: tuple[str, ...],
                     seconds: float = 60.0) -> dict[str, Any]:

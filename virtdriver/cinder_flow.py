@@ -59,7 +59,7 @@ def detach(driver: Any, instance: str, volume_id: str, cinder_url: str | None = 
         return None
     att_id, url = note
     try:
-        Cinder(cinder_url or url).delete_attachment(att_id)
+        Cinder(cinder_url or url).delete_attachment(att_id, missing_ok=True)  # gone: fine
     except VirtDriverError as exc:
         raise CinderError(f"volume {volume_id} is detached from {instance}, but its Cinder "
                           f"attachment {att_id} remains: {exc}") from None
@@ -125,6 +125,10 @@ def recall(driver: Any, instance: str, volume_id: str) -> tuple[str, str] | None
 
 def attachments(driver: Any, instance: str) -> dict[str, tuple[str, str]]:
     """Every remembered ``{volume id: (attachment id, URL)}`` of a guest."""
-    dom = driver.hosting.connection.domain(instance)
+    return notes_of(driver.hosting.connection.domain(instance))
+
+
+def notes_of(dom: libvirt.virDomain) -> dict[str, tuple[str, str]]:
+    """``{volume id: (attachment id, URL)}`` remembered in a domain (live if it runs)."""
     flags = _flags(dom)
     return _read(dom, flags[0]) if flags else {}

@@ -208,4 +208,9 @@ class ExtendRefused(PolicyRefusal):
 
 
 class CinderError(HostError):
-    """The block-storage service (Cinder) refused a call or did not answer (exit 1)."""
+    """The block-storage service (Cinder) refused a call or did not answer (exit 1);
+    ``status`` is Cinder's HTTP status (``None`` when it did not answer)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
