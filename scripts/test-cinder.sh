@@ -11,7 +11,7 @@
 # noauth: send `X-Auth-Token: user:project` to project-less URLs (http://127.0.0.1:PORT/v3/...).
 set -uo pipefail
 VERSION=29.0.0
-VENV=/var/tmp/virtdriver-cinder-$VERSION
+VENV=${VD_CINDER_VENV:-/var/tmp/virtdriver-cinder-$VERSION}
 S=${VIRTDRIVER_CINDER_DIR:-/var/tmp/virtdriver-cinder-state}
 PORT=${VD_CINDER_PORT:-18776}
 SECRET_UUID=6a1f9a4e-2c3b-4d5e-8f70-91a2b3c4d5e6   # libvirt ceph secret the tests define
@@ -137,6 +137,6 @@ env_() {
 }
 
 case "${1:-}" in
-    up) up ;; down) down ;; status) status ;; env) env_ ;;
-    *) echo "usage: $0 up|down|status|env" >&2; exit 2 ;;
+    up) up ;; down) down ;; status) status ;; env) env_ ;; venv) build_venv ;;
+    *) echo "usage: $0 up|down|status|env|venv" >&2; exit 2 ;;
 esac

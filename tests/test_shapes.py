@@ -64,3 +64,22 @@ def test_normalize_leaves_its_input_alone_and_is_idempotent() -> None:
 def test_bad_shapes_name_the_key(doc: object, where: str) -> None:
     with pytest.raises(InvalidConnectionInfo, match=where):
         normalize(doc)
+
+
+def test_the_cli_reads_every_shape(tmp_path, capsys) -> None:
+    import json
+
+    from virtdriver.cli import main
+
+    outputs = []
+    for name, doc in shapes(FLAT, "ro").items():
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(doc))
+        assert main(["render", str(path), "--attach-mode", "ro"]) == 0, name
+        outputs.append(capsys.readouterr().out)
+    assert len(set(outputs)) == 1 and "<readonly/>" in outputs[0]
+    record = tmp_path / "record.json"
+    assert main(["render", str(record)]) == 0
+    assert "<readonly/>" in capsys.readouterr().out  # the record's own mode
+    assert main(["render", str(record), "--attach-mode", "rw"]) == 2
+    assert "contradicts" in capsys.readouterr().err

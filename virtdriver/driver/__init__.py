@@ -169,9 +169,11 @@ class LibvirtVolumeDriver:
     # ---- live migration (see virtdriver.driver.migrate) -------------------------------------
 
     def prepare_incoming(self, connection_info: Mapping[str, Any], instance: str,
-                         attach_mode: str = "rw") -> None:
+                         attach_mode: str | None = None) -> None:
         """On the destination: connect the volume for ``instance`` before it arrives by live
-        migration; it counts as a user of the volume here from now on."""
+        migration; it counts as a user of the volume here from now on. ``attach_mode``
+        ``None``: an attachment record's own, else ``rw``."""
+        connection_info, attach_mode = normalize(connection_info, attach_mode)
         migrate_steps.prepare_incoming(self.hosting, connection_info, instance, attach_mode)
 
     def incoming_xml(self, domain_xml: str,
