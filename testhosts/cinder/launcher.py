@@ -11,6 +11,7 @@ import sys  # noqa: E402
 
 from oslo_config import cfg  # noqa: E402
 from oslo_log import log as logging  # noqa: E402
+from oslo_service import service as oslo_service  # noqa: E402
 
 from cinder import i18n  # noqa: E402
 
@@ -27,10 +28,7 @@ def main() -> None:
     logging.setup(cfg.CONF, "cinder")
     coordination.COORDINATOR.start()
     rpc.init(cfg.CONF)
-    launcher = service.get_launcher() if hasattr(service, "get_launcher") else None
-    if launcher is None:
-        from oslo_service import service as oslo_service
-        launcher = oslo_service.ServiceLauncher(cfg.CONF)
+    launcher = oslo_service.ServiceLauncher(cfg.CONF)  # one process: fake:/ is in-process
     launcher.launch_service(service.WSGIService("osapi_volume"))
     launcher.launch_service(service.Service.create(binary="cinder-scheduler"))
     for backend in filter(None, cfg.CONF.enabled_backends):
