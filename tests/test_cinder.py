@@ -117,6 +117,9 @@ def test_cinder_multiattach_rw_and_ro(cinder, cinder_secret, multiattach_type, g
         assert "<readonly/>" in build_disk(ro).to_xml()
         assert "<readonly/>" not in build_disk(rw).to_xml()
         assert flat["access_mode"] == "rw"  # Cinder's, even for ro: the record's mode decides
+        documented = (SCRIPT.parent.parent / "docs" / "cinder.md").read_text()
+        sent = list(flat) + list(rw["attachment"])
+        assert [k for k in sent if f"`{k}`" not in documented] == []  # each used or ignored
 
         assert block_info(b, alias).ro and not block_info(a, alias).ro
         pattern, offset = secrets.randbelow(200) + 20, secrets.randbelow(1000) * 4096
