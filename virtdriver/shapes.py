@@ -13,8 +13,8 @@ all call it; protocol modules only ever see ``data``):
   always ``rw``, the read-only intent lives only there), and an explicit attach mode that
   contradicts it is refused.
 
-The result is always the legacy form, with ``serial`` defaulting to the volume id (Cinder sends
-none; nova sets it to the volume id). See docs/cinder.md for what each key Cinder sends means here.
+The result is always the legacy form, with ``serial`` defaulting to the volume id when absent
+(Cinder sends none; nova sets it to the volume id; nova's adapters pass nova's own, even null). See docs/cinder.md for what each key Cinder sends means here.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def normalize(document: object, attach_mode: str | None = None) -> tuple[dict[st
         document = {**extra, **document}
     info = _legacy(document, where)
     mode = _mode(attach_mode, record_mode, where)
-    if info.get("serial") is None:
+    if "serial" not in info:  # a caller's explicit null (nova's adapters) stays
         vid = info["data"].get("volume_id")
         if isinstance(vid, str) and _SERIAL.fullmatch(vid):
             info["serial"] = vid
