@@ -17,7 +17,8 @@ from lxml import etree
 
 from virtdriver.attachment import Attachment
 from virtdriver.cinder import Cinder
-from virtdriver.errors import CinderError, VirtDriverError
+from virtdriver.errors import CinderError, HypervisorError, VirtDriverError
+from virtdriver.hypervisor.connection import libvirt_message
 
 NS = "https://virtdriver.dev/xmlns/cinder/1"
 PREFIX = "virtdriver-cinder"
@@ -38,13 +39,15 @@ def attach(driver: Any, cinder: Cinder, instance: str, volume_id: str,
         attached = driver.attach_volume(doc, instance, attach_mode=attach_mode, **placement)
         remember(driver, instance, volume_id, att_id, cinder.url)
         cinder.complete_attachment(att_id)
-    except BaseException:
+    except BaseException as exc:
         try:
             if attached is not None:
                 driver.detach_volume(instance, volume_id)
                 forget(driver, instance, volume_id)
-        finally:
-            cinder.delete_attachment(att_id)
+            cinder.delete_attachment(att_id, missing_ok=True)
+        except VirtDriverError as undo:  # say both: what failed, and what is left behind
+            raise CinderError(f"{exc}; undoing it failed too, Cinder attachment {att_id} of "
+                              f"volume {volume_id} may remain: {undo}") from None
         raise
     return attached
 
@@ -99,6 +102,15 @@ def _write(dom: libvirt.virDomain, notes: dict[str, tuple[str, str]], flag: int)
 
 def _change(driver: Any, instance: str, volume_id: str, value: tuple[str, str] | None) -> None:
     dom = driver.hosting.connection.domain(instance)
+    try:
+        _change_notes(dom, volume_id, value)
+    except libvirt.libvirtError as exc:
+        raise HypervisorError(f"cannot keep the Cinder attachment of volume {volume_id} in "
+                              f"guest {instance}'s metadata", libvirt_message(exc)) from None
+
+
+def _change_notes(dom: libvirt.virDomain, volume_id: str,
+                  value: tuple[str, str] | None) -> None:
     for flag in _flags(dom):
         notes = _read(dom, flag)
         if value is None and notes.pop(volume_id, None) is None:
@@ -118,9 +130,7 @@ def forget(driver: Any, instance: str, volume_id: str) -> None:
 
 def recall(driver: Any, instance: str, volume_id: str) -> tuple[str, str] | None:
     """``(attachment id, Cinder URL)`` remembered for the guest's volume, or ``None``."""
-    dom = driver.hosting.connection.domain(instance)
-    flags = _flags(dom)
-    return _read(dom, flags[0]).get(volume_id) if flags else None
+    return notes_of(driver.hosting.connection.domain(instance)).get(volume_id)
 
 
 def attachments(driver: Any, instance: str) -> dict[str, tuple[str, str]]:
@@ -130,5 +140,9 @@ def attachments(driver: Any, instance: str) -> dict[str, tuple[str, str]]:
 
 def notes_of(dom: libvirt.virDomain) -> dict[str, tuple[str, str]]:
     """``{volume id: (attachment id, URL)}`` remembered in a domain (live if it runs)."""
-    flags = _flags(dom)
-    return _read(dom, flags[0]) if flags else {}
+    try:
+        flags = _flags(dom)
+        return _read(dom, flags[0]) if flags else {}
+    except libvirt.libvirtError as exc:
+        raise HypervisorError("cannot read a guest's Cinder attachments from its metadata",
+                              libvirt_message(exc)) from None
