@@ -94,7 +94,8 @@ up() {
     [ "${VD_CEPH_UP:-0}" = 1 ] || { log "the test Ceph is down (scripts/test-backends.sh up ceph)"; return 1; }
     build_venv || return 1
     local tv; tv=$(now)
-    rm -rf "$S"; mkdir -p "$S"
+    down  # a launcher of ours that stopped answering, and its old state
+    mkdir -p "$S"
     write_conf "$VD_CEPH_CONF"
     "$VENV/bin/python" -c 'import sys; from cinder.cmd.manage import main; sys.exit(main())' \
         --config-file "$S/cinder.conf" db sync >"$S/db-sync.log" 2>&1 ||
