@@ -15,7 +15,7 @@ if ! ./scripts/test-backends.sh status >/dev/null 2>&1; then
     ./scripts/test-backends.sh up || echo "test.sh: some storage backends did not start" >&2
 fi
 # a real Cinder on the test Ceph (scripts/test-cinder.sh; its venv is cached under /var/tmp):
-# about 6.5 s to start (db sync 2 s + one process), 1 minute more the first time (its venv)
+# 6.5-10.6 s to start (db sync + one process), about 1.5 minutes more the first time (its venv)
 started_cinder=0
 if ! ./scripts/test-cinder.sh status >/dev/null 2>&1; then
     started_cinder=1
