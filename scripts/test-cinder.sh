@@ -47,7 +47,16 @@ build_venv() {
 }
 
 pid_alive() { [ -f "$S/cinder.pid" ] && kill -0 "$(cat "$S/cinder.pid")" 2>/dev/null; }
-api_up() { curl -sf -o /dev/null -H 'X-Auth-Token: admin:admin' "http://127.0.0.1:$PORT/v3/types"; }
+# GET with noauth's token; prints the body, fails unless 2xx (python3: no curl on a fresh machine)
+api_get() {
+    python3 - "http://127.0.0.1:$PORT/v3$1" <<'PY' 2>/dev/null
+import sys, urllib.request
+req = urllib.request.Request(sys.argv[1], headers={"X-Auth-Token": "admin:admin"})
+with urllib.request.urlopen(req, timeout=5) as reply:
+    sys.stdout.write(reply.read().decode())
+PY
+}
+api_up() { api_get /types >/dev/null; }
 
 write_conf() {
     local ceph_conf=$1
@@ -111,8 +120,7 @@ up() {
     api_up || { log "API did not answer"; return 1; }
     # the volume service must have reported in before a volume can be scheduled
     for _ in $(seq 300); do
-        curl -sf -H 'X-Auth-Token: admin:admin' "http://127.0.0.1:$PORT/v3/os-services?binary=cinder-volume" |
-            grep -q '"state": "up"' && break
+        api_get "/os-services?binary=cinder-volume" | grep -q '"state": "up"' && break
         sleep 0.1
     done
     log "up in $(since "$t")s (db sync + start $(since "$tv")s) on 127.0.0.1:$PORT"
