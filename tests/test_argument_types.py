@@ -75,7 +75,7 @@ def path(v: object) -> bool:
 
 
 def mode_or_modes(v: object) -> bool:
-    return isinstance(v, str) or isinstance(v, Mapping)
+    return v is None or isinstance(v, (str, Mapping))
 
 
 def xml_text(v: object) -> bool:
@@ -95,7 +95,7 @@ ANY_VALUE = st.one_of(
 # ---- the entry points: (call, the valid arguments, what each accepts) ----------------------------
 
 BUILD_DISK = (lambda **kw: build_disk(**kw).to_xml(), {
-    "connection_info": (INFO, mapping), "attach_mode": ("ro", text), "target_dev": ("sdb", text),
+    "connection_info": (INFO, mapping), "attach_mode": ("ro", opt(text)), "target_dev": ("sdb", text),
     "bus": ("scsi", text), "device": ("disk", text), "scsi_unit": (1, opt(integer)),
     "luks_secret_uuid": (None, opt(text)), "mount_base": ("/mnt/v", opt(text)),
     "label_policy": ("auto", text), "shared_image_label": (None, opt(text)),
@@ -119,7 +119,7 @@ DRIVER_ARGS = {
     "connector_properties": {"attach_mode": ("ro", text), "my_ip": ("127.0.0.1", text),
                              "multipath": (None, opt(flag))},
     "attach_volume": {"connection_info": (INFO, mapping), "instance": ("no-such-guest", text),
-                      "attach_mode": ("ro", text), "target_dev": (None, opt(text)),
+                      "attach_mode": ("ro", opt(text)), "target_dev": (None, opt(text)),
                       "bus": (None, opt(text)), "device": ("disk", text),
                       "luks_secret_uuid": (None, opt(text))},
     "attach_volume_to_many": {"connection_info": (INFO, mapping),
@@ -135,7 +135,7 @@ DRIVER_ARGS = {
     "extend_volume": {"instance": ("no-such-guest", text), "connection_info": (INFO, mapping),
                       "new_size": (1 << 30, integer)},
     "prepare_incoming": {"connection_info": (INFO, mapping), "instance": ("no-such-guest", text),
-                         "attach_mode": ("ro", text)},
+                         "attach_mode": ("ro", opt(text))},
     "incoming_xml": {"domain_xml": ("<domain><name>g</name></domain>", xml_text),
                      "connection_infos": ([INFO], mappings)},
     "abort_incoming": {"instance": ("no-such-guest", text), "volume_id": (VID, text)},

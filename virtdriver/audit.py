@@ -46,7 +46,7 @@ from virtdriver.policy.sharing import Danger, Use, dangers
 from virtdriver.tables import table_lines
 
 DANGER_KINDS: Final = ("unshared", "cache", "format", "labels", "identity", "leak", "record",
-                       "startup", "profile")
+                       "startup", "profile", "cinder")
 
 
 @dataclasses.dataclass(frozen=True)

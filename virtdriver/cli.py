@@ -20,7 +20,7 @@ from virtdriver.cli_host import add_hypervisor_commands, unit_number
 from virtdriver.cli_migrate import add_migration_commands
 from virtdriver.cli_ops import add_operator_commands as _add_operator_commands
 from virtdriver.cli_volume import add_volume_commands
-from virtdriver.cli_io import UsageError, emit, fail, finish_output, load_connection_info
+from virtdriver.cli_io import UsageError, emit, fail, finish_output, read_volume
 from virtdriver.cli_io import output_closed, prepare_output
 from virtdriver.errors import VirtDriverError
 
@@ -39,13 +39,9 @@ def _render(args: argparse.Namespace) -> int:
     from virtdriver.render import build_disk
 
     check_hotplug_bus(args.bus, "--bus")  # render prints what attach would use
-    info = load_connection_info(args.connection_info)
-    if args.multiattach:
-        if not isinstance(info, dict):
-            raise UsageError("connection_info: is not a JSON object")
-        info["multiattach"] = True
+    info, mode = read_volume(args.connection_info, args.attach_mode, args.multiattach)
     disk = build_disk(
-        info, attach_mode=args.attach_mode,
+        info, attach_mode=mode,
         target_dev=args.target_dev or DEFAULT_TARGET[args.bus], bus=args.bus, device=args.device,
         scsi_unit=args.scsi_unit, luks_secret_uuid=args.luks_secret_uuid,
         mount_base=args.mount_base, label_policy=args.label_policy,

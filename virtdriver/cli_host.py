@@ -11,14 +11,15 @@ import json
 import sys
 from typing import Any
 
-from virtdriver.cli_io import load_connection_info
+from virtdriver.cli_io import UsageError, read_volume
 
 DEFAULT_TARGET = {"virtio": "vdb", "scsi": "sdb", "sata": "sdb", "usb": "sdb", "ide": "hdb"}
 
 
 def add_attach_mode(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--attach-mode", default="rw", metavar="ro|rw",
-                   help="attach read-only (ro) or read-write (rw, the default)")
+    p.add_argument("--attach-mode", metavar="ro|rw",
+                   help="attach read-only (ro) or read-write (rw); default: a Cinder "
+                        "attachment record's own attach_mode, else rw")
 
 
 def seconds(text: str) -> float:
@@ -96,13 +97,24 @@ ATTACHMENT_COLUMNS = [("device", "Device"), ("volumeId", "Volume"), ("attach_mod
 
 
 def _attach(args: argparse.Namespace) -> int:
-    info = load_connection_info(args.connection_info)
-    if args.multiattach and isinstance(info, dict):
-        info["multiattach"] = True
-    att = driver_for(args).attach_volume(info, args.domain, attach_mode=args.attach_mode,
-                                      target_dev=args.target_dev, bus=args.bus,
-                                      device=args.device,
-                                      luks_secret_uuid=args.luks_secret_uuid)
+    placement = dict(target_dev=args.target_dev, bus=args.bus, device=args.device,
+                     luks_secret_uuid=args.luks_secret_uuid)
+    if args.cinder is not None or args.volume is not None:
+        if args.cinder is None or args.volume is None or args.connection_info is not None:
+            raise UsageError("attach: give CONNECTION_INFO, or --cinder URL with --volume ID")
+        from virtdriver import cinder_flow
+        from virtdriver.cinder import Cinder
+        from virtdriver.policy import check_attach_mode
+        from virtdriver.policy.identity import check_requested_volume_id
+
+        mode = args.attach_mode and check_attach_mode(args.attach_mode, "--attach-mode")
+        att = cinder_flow.attach(driver_for(args), Cinder(args.cinder), args.domain,
+                                 check_requested_volume_id(args.volume), mode, **placement)
+    else:
+        if args.connection_info is None:
+            raise UsageError("attach: give CONNECTION_INFO, or --cinder URL with --volume ID")
+        info, mode = read_volume(args.connection_info, args.attach_mode, args.multiattach)
+        att = driver_for(args).attach_volume(info, args.domain, attach_mode=mode, **placement)
     print(f"Volume {att.volumeId} attached to {att.server_name} as {att.device} "
           f"({att.attach_mode}{', shareable' if att.shareable else ''})")
     return 0
@@ -140,12 +152,10 @@ class Progress:
 
 
 def _attach_many(args: argparse.Namespace) -> int:
-    info = load_connection_info(args.connection_info)
-    if args.multiattach and isinstance(info, dict):
-        info["multiattach"] = True
+    info, mode = read_volume(args.connection_info, args.attach_mode, args.multiattach)
     progress = Progress(len(args.domains))
     attachments = driver_for(args).attach_volume_to_many(info, args.domains,
-                                                      attach_mode=args.attach_mode,
+                                                      attach_mode=mode,
                                                       progress=progress.step)
     _print_table([dict(a.to_api(), guest=a.server_name) for a in attachments],
                  [("guest", "Guest")] + ATTACHMENT_COLUMNS[:5])
@@ -154,8 +164,18 @@ def _attach_many(args: argparse.Namespace) -> int:
 
 
 def _detach(args: argparse.Namespace) -> int:
-    driver_for(args).detach_volume(args.domain, args.volume_id, timeout=args.timeout)
-    print(f"Volume {args.volume_id} detached from {args.domain}")
+    from virtdriver import cinder_flow
+
+    att_id = cinder_flow.detach(driver_for(args), args.domain, args.volume_id, args.cinder,
+                                timeout=args.timeout)
+    print(f"Volume {args.volume_id} detached from {args.domain}"
+          + (f"; Cinder attachment {att_id} deleted" if att_id else ""))
+    return 0
+
+
+def _connector(args: argparse.Namespace) -> int:
+    props = driver_for(args).connector_properties(args.attach_mode or "rw", my_ip=args.my_ip)
+    print(json.dumps(props, indent=2, sort_keys=True))
     return 0
 
 
@@ -194,10 +214,19 @@ def add_hypervisor_commands(sub: Any) -> None:
                     "and its persistent definition. Anything done is undone on failure.",
         epilog="examples:\n"
                "  virtdriver attach guest-a volume.json\n"
-               "  virtdriver attach guest-b volume.json --attach-mode ro --multiattach")
+               "  virtdriver attach guest-b volume.json --attach-mode ro --multiattach\n"
+               "  virtdriver attach guest-c --cinder http://cinder:8776/v3 --volume VOLUME_ID\n"
+               "\nCONNECTION_INFO may be Cinder's attachment record, its flat connection_info,\n"
+               "nova's or the legacy form (docs/cinder.md). With --cinder, the attachment is\n"
+               "created with this host's connector, completed after the attach and deleted\n"
+               "again on any failure; 'virtdriver detach' deletes it. Credentials: OS_AUTH_URL,\n"
+               "OS_USERNAME, OS_PASSWORD, OS_PROJECT_NAME (keystone), else Cinder's noauth.")
     p.add_argument("domain", metavar="DOMAIN", help="guest name or UUID")
-    p.add_argument("connection_info", metavar="CONNECTION_INFO",
+    p.add_argument("connection_info", metavar="CONNECTION_INFO", nargs="?",
                    help="connection_info as a JSON file, or - for stdin")
+    p.add_argument("--cinder", metavar="URL",
+                   help="Cinder's v3 endpoint: create the attachment there (with --volume)")
+    p.add_argument("--volume", metavar="ID", help="with --cinder: the volume to attach")
     add_attach_mode(p)
     p.add_argument("--multiattach", action="store_true", help="the volume is multiattach")
     p.add_argument("--target-dev", metavar="DEV", help="guest device (default: first free)")
@@ -231,7 +260,22 @@ def add_hypervisor_commands(sub: Any) -> None:
     p.add_argument("volume_id", metavar="VOLUME_ID")
     p.add_argument("--timeout", type=float, metavar="S", help="seconds to wait (default 30)")
     add_lock_timeout(p)
+    p.add_argument("--cinder", metavar="URL",
+                   help="Cinder endpoint for deleting an attachment made with 'attach --cinder' "
+                        "(default: the one it was made at)")
     p.set_defaults(func=_detach)
+
+    p = sub.add_parser(
+        "connector", help="this host's connector for the block-storage service",
+        formatter_class=raw,
+        description="Print this host's connector properties (os-brick's, plus 'mode') as JSON: "
+                    "what a block-storage service's attachment API takes.",
+        epilog="example:\n  virtdriver connector --attach-mode ro")
+    add_attach_mode(p)
+    p.add_argument("--my-ip", default="127.0.0.1", metavar="IP",
+                   help="this host's address on the storage network (default 127.0.0.1)")
+    add_host_options(p)
+    p.set_defaults(func=_connector)
 
     p = sub.add_parser(
         "release", help="release a leaked host connection", formatter_class=raw,

@@ -64,6 +64,19 @@ def load_connection_info(path: str) -> Any:
         raise UsageError(f"{name}: not usable JSON: a number has too many digits") from None
 
 
+def read_volume(path: str, attach_mode: str | None = None,
+                multiattach: bool = False) -> tuple[dict[str, Any], str]:
+    """CONNECTION_INFO of any shape (:func:`virtdriver.shapes.normalize`) and the attach mode:
+    ``--attach-mode`` if given, else an attachment record's own, else ``rw``; ``--multiattach``
+    marks the volume multiattach."""
+    from virtdriver.shapes import normalize
+
+    info, mode = normalize(load_connection_info(path), attach_mode)
+    if multiattach:
+        info["multiattach"] = True
+    return info, mode
+
+
 def emit(text: str) -> None:
     """Write ``text`` and a newline to standard output.
 

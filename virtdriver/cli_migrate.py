@@ -14,10 +14,10 @@ from typing import Any
 
 def _migrate(args: argparse.Namespace) -> int:
     from virtdriver.cli_host import driver_for
-    from virtdriver.cli_io import load_connection_info
+    from virtdriver.cli_io import read_volume
     from virtdriver.driver import LibvirtVolumeDriver
 
-    infos = [load_connection_info(path) for path in args.volume]
+    infos = [read_volume(path)[0] for path in args.volume]
     source = driver_for(args)
     destination = LibvirtVolumeDriver(args.to, options=_dest_options(source, args))
     from virtdriver.cli_progress import JobProgress  # progress hook (#28): a bar on a terminal
@@ -40,10 +40,10 @@ def _dest_options(source: Any, args: argparse.Namespace) -> Any:
 
 def _prepare(args: argparse.Namespace) -> int:
     from virtdriver.cli_host import driver_for
-    from virtdriver.cli_io import load_connection_info
+    from virtdriver.cli_io import read_volume
 
-    info = load_connection_info(args.connection_info)
-    driver_for(args).prepare_incoming(info, args.domain, args.attach_mode)
+    info, mode = read_volume(args.connection_info, args.attach_mode)
+    driver_for(args).prepare_incoming(info, args.domain, mode)
     print(f"Volume connected on this host for {args.domain}, arriving by live migration")
     return 0
 

@@ -38,6 +38,11 @@ def _audit(args: argparse.Namespace) -> int:
     connection = Connection(args.connect)
     try:
         report = audit_host(connection.get(), args.state_dir)
+        if args.cinder:
+            from virtdriver.audit_cinder import add_cinder_dangers
+            from virtdriver.cinder import Cinder
+
+            add_cinder_dangers(report, connection.get(), Cinder(args.cinder))
     finally:
         connection.close()
     print(json.dumps(report.to_json(), indent=2) if args.json else format_report(report))
@@ -97,6 +102,9 @@ def add_operator_commands(sub: Any) -> None:
                "  virtdriver audit\n"
                "  virtdriver audit --json | jq '.volumes[] | select(.dangers != [])'")
     p.add_argument("--json", action="store_true", help="machine-readable report")
+    p.add_argument("--cinder", metavar="URL",
+                   help="also compare the guests with the Cinder attachments that "
+                        "'attach --cinder' made there ('cinder' dangers)")
     p.set_defaults(func=_audit)
 
     p = sub.add_parser(

@@ -230,3 +230,12 @@ class ExtendRefused(PolicyRefusal):
 class ExtendIncomplete(HypervisorError):
     """The volume grew, but some guest's QEMU still shows the old size; the message names each
     such guest, why, and the command that brings it up to date."""
+
+
+class CinderError(HostError):
+    """The block-storage service (Cinder) refused a call or did not answer (exit 1);
+    ``status`` is Cinder's HTTP status (``None`` when it did not answer)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status

@@ -19,6 +19,7 @@ from virtdriver.policy import (
     check_throttle,
     effective_attach_mode,
 )
+from virtdriver.shapes import normalize
 from virtdriver.volume.base import RenderOptions, optional_bool, whole_number
 from virtdriver.policy.identity import UUID_PATTERN, alias_for, check_volume_id
 from virtdriver.volume.registry import get_driver
@@ -39,7 +40,7 @@ QOS_KEYS: Final = frozenset(f"{kind}_{unit}_sec{suffix}"
                             for suffix in ("", "_max", "_max_length")) | {"size_iops_sec"}
 
 
-def build_disk(connection_info: Mapping[str, Any], *, attach_mode: str = "rw",
+def build_disk(connection_info: Mapping[str, Any], *, attach_mode: str | None = None,
                target_dev: str = "vdb", bus: str = "virtio", device: str = "disk",
                scsi_unit: int | None = None, luks_secret_uuid: str | None = None,
                mount_base: str | None = None, label_policy: str = "auto",
@@ -49,6 +50,8 @@ def build_disk(connection_info: Mapping[str, Any], *, attach_mode: str = "rw",
                security_models: Sequence[str] | None = None) -> Disk:
     """Render the ``<disk>`` for a volume.
 
+    ``connection_info`` may have any shape :func:`virtdriver.shapes.normalize` accepts;
+    ``attach_mode`` ``None`` means the attachment record's own, else ``rw``.
     Raises a :class:`~virtdriver.errors.VirtDriverError` subclass naming the offending input for
     anything invalid or unsafe; never returns XML libvirt's schema would reject. ``alias``
     overrides the volume's own user alias (a guest that already holds that alias).
@@ -56,8 +59,7 @@ def build_disk(connection_info: Mapping[str, Any], *, attach_mode: str = "rw",
     ``<secmodel>``s); per-disk labels are written only for those. ``None`` (the default, for a
     disk rendered without a host) writes them for every model the label policy concerns.
     """
-    if not _is_mapping(connection_info):
-        raise InvalidConnectionInfo("connection_info", "is not a JSON object")
+    connection_info, attach_mode = normalize(connection_info, attach_mode)
     # No walk over the whole document here (render speed is a product goal): every message
     # quotes input through errors.show(), which is bounded in depth and length.
     data = connection_info.get("data")

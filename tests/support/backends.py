@@ -34,6 +34,7 @@ def backends() -> dict[str, str]:
 
 
 def need(backends: dict[str, str], name: str) -> None:
+    """Skip (fail under CI) unless the backend `name` is up."""
     if backends.get(f"VD_{name.upper()}_UP") == "1":
         return
     reason = f"{name} test backend is not running (scripts/test-backends.sh up {name})"

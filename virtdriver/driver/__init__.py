@@ -34,6 +34,7 @@ from virtdriver.hypervisor.mounts import ensure_shared
 from virtdriver.hypervisor.usage import DiskUse
 from virtdriver.policy import check_attach_mode
 from virtdriver.policy.identity import check_instance, check_requested_volume_id
+from virtdriver.shapes import normalize
 
 __all__ = ["DEFAULT_STATE_DIR", "HostOptions", "LibvirtVolumeDriver"]
 
@@ -110,23 +111,26 @@ class LibvirtVolumeDriver:
     # ---- operations -------------------------------------------------------------------------
 
     def attach_volume(self, connection_info: Mapping[str, Any], instance: str, *,
-                      attach_mode: str = "rw", target_dev: str | None = None,
+                      attach_mode: str | None = None, target_dev: str | None = None,
                       bus: str | None = None, device: str = "disk",
                       luks_secret_uuid: str | None = None) -> Attachment:
         """Connect the host side, render, and attach to the guest (live and persistent).
 
         Anything that fails is undone, the host connect included unless another local guest
-        still uses the volume.
+        still uses the volume. ``connection_info`` may be any shape Cinder or nova sends
+        (:func:`virtdriver.shapes.normalize`); ``attach_mode`` ``None`` is an attachment
+        record's own mode, else ``rw``.
         """
         arguments.mapping(connection_info, "connection_info")
         check_instance(instance)
-        placement = attach_steps.Placement(check_attach_mode(attach_mode), target_dev, bus,
+        connection_info, attach_mode = normalize(connection_info, attach_mode)
+        placement = attach_steps.Placement(attach_mode, target_dev, bus,
                                            device, luks_secret_uuid)
         return attach_steps.attach(self.hosting, connection_info, [instance], [placement])[0]
 
     def attach_volume_to_many(self, connection_info: Mapping[str, Any],
                               instances: Sequence[str], *,
-                              attach_mode: str | Mapping[str, str] = "rw",
+                              attach_mode: str | Mapping[str, str] | None = None,
                               progress: Callable[[str, Attachment | Exception], None]
                               | None = None, max_parallel: int = 16) -> list[Attachment]:
         """Attach one multiattach volume to many guests: one host connect, parallel attaches.
@@ -142,11 +146,16 @@ class LibvirtVolumeDriver:
                                                               lambda v, _: v))]
         arguments.function(progress, "progress", optional=True)
         arguments.whole(max_parallel, "max_parallel", minimum=1)
-        if not isinstance(attach_mode, (str, Mapping)):
+        if attach_mode is not None and not isinstance(attach_mode, (str, Mapping)):
             check_attach_mode(attach_mode)
-        placements = [attach_steps.Placement(check_attach_mode(
-            attach_mode.get(i, "rw") if isinstance(attach_mode, Mapping) else attach_mode,
-            f"attach_mode[{i}]")) for i in instances]
+        modes = {}
+        for i in instances:
+            mode = attach_mode.get(i) if isinstance(attach_mode, Mapping) else attach_mode
+            if mode is not None:
+                check_attach_mode(mode, f"attach_mode[{i}]" if isinstance(attach_mode, Mapping)
+                                  else "attach_mode")
+            modes[i] = normalize(connection_info, mode)[1]
+        placements = [attach_steps.Placement(modes[i]) for i in instances]
         return attach_steps.attach(self.hosting, connection_info, instances, placements,
                                    progress=progress, max_parallel=max_parallel)
 
@@ -218,11 +227,13 @@ class LibvirtVolumeDriver:
     # ---- live migration (see virtdriver.driver.migrate) -------------------------------------
 
     def prepare_incoming(self, connection_info: Mapping[str, Any], instance: str,
-                         attach_mode: str = "rw") -> None:
+                         attach_mode: str | None = None) -> None:
         """On the destination: connect the volume for ``instance`` before it arrives by live
-        migration; it counts as a user of the volume here from now on."""
+        migration; it counts as a user of the volume here from now on. ``attach_mode``
+        ``None``: an attachment record's own, else ``rw``."""
         arguments.mapping(connection_info, "connection_info")
         check_instance(instance)
+        connection_info, attach_mode = normalize(connection_info, attach_mode)
         migrate_steps.prepare_incoming(self.hosting, connection_info, instance, attach_mode)
 
     def incoming_xml(self, domain_xml: str,

@@ -11,6 +11,7 @@ from virtdriver.config import Disk
 from virtdriver.errors import InvalidConnectionInfo, VirtDriverError, show
 from virtdriver.hypervisor.dataid import DataIdentity, data_identity, identity_token
 from virtdriver.render import check_nesting, volume_id
+from virtdriver.shapes import normalize
 from virtdriver.volume import RenderOptions, VolumeDriver, get_driver
 
 
@@ -65,12 +66,11 @@ class VolumeRequest:
 
 
 def copy_info(connection_info: Mapping[str, Any]) -> dict[str, Any]:
-    """A private deep copy, after checking the shape (and depth, before deepcopy recurses)."""
+    """A private deep copy in the legacy form (:func:`virtdriver.shapes.normalize`), after
+    checking the depth (before deepcopy recurses)."""
     if not isinstance(connection_info, Mapping):
         raise InvalidConnectionInfo("connection_info", "is not a JSON object")
     check_nesting(connection_info)
-    info = copy.deepcopy(dict(connection_info))
-    if not isinstance(info.get("data"), Mapping):
-        raise InvalidConnectionInfo("connection_info.data", "is missing or not a JSON object")
+    info = copy.deepcopy(normalize(connection_info)[0])  # any shape Cinder or nova sends
     info["data"] = dict(info["data"])
     return info

@@ -66,6 +66,7 @@ class VirtdriverRendering:
         if isinstance(vid, int) and not isinstance(vid, bool):
             data["volume_id"] = str(vid)  # an id given as a number (old nova data)
         info["data"] = data
+        info["serial"] = info.get("serial")  # nova's own: no serial when nova gave none
         return info
 
     def _luks_secret(self, connection_info: Mapping[str, Any]) -> str | None:

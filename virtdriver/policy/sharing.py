@@ -48,7 +48,7 @@ class Use:
 class Danger:
     """Something unsafe about the attachments of one volume (``audit`` reports these)."""
 
-    kind: str  # unshared, cache, format, labels, leak, record
+    kind: str  # audit.DANGER_KINDS
     message: str
 
 

@@ -1,0 +1,148 @@
+"""A KVM host without a compute service, talking to Cinder itself (``--cinder``): what the brick
+Cinder client extension does for bare metal, done for libvirt guests.
+
+attach: this host's connector → ``POST /attachments`` (the volume's ``attach_mode``) → attach the
+returned record → ``os-complete``; any failure deletes the attachment again (and detaches the
+guest when only the completion failed). The attachment id and Cinder's URL are kept in the
+guest's own ``<metadata>`` (live and persistent), so that a later detach, by any process, deletes
+that attachment in Cinder once the guest let go.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import libvirt
+from lxml import etree
+
+from virtdriver.attachment import Attachment
+from virtdriver.cinder import Cinder
+from virtdriver.errors import CinderError, HypervisorError, VirtDriverError
+from virtdriver.hypervisor.connection import libvirt_message
+
+NS = "https://virtdriver.dev/xmlns/cinder/1"
+PREFIX = "virtdriver-cinder"
+
+
+def attach(driver: Any, cinder: Cinder, instance: str, volume_id: str,
+           attach_mode: str | None, **placement: Any) -> Attachment:
+    """Create the Cinder attachment, attach the volume, complete the attachment."""
+    mode = attach_mode or "rw"
+    volume = cinder.volume(volume_id)
+    connector = driver.connector_properties(mode)
+    record = cinder.create_attachment(volume_id, connector, mode)
+    att_id = record["attachment"]["id"]
+    attached = None
+    try:
+        doc = {"attachment": dict(record["attachment"],
+                                  multiattach=bool(volume.get("multiattach")))}
+        attached = driver.attach_volume(doc, instance, attach_mode=attach_mode, **placement)
+        remember(driver, instance, volume_id, att_id, cinder.url)
+        cinder.complete_attachment(att_id)
+    except BaseException as exc:
+        try:
+            if attached is not None:
+                driver.detach_volume(instance, volume_id)
+                forget(driver, instance, volume_id)
+            cinder.delete_attachment(att_id, missing_ok=True)
+        except VirtDriverError as undo:  # say both: what failed, and what is left behind
+            raise CinderError(f"{exc}; undoing it failed too, Cinder attachment {att_id} of "
+                              f"volume {volume_id} may remain: {undo}") from None
+        raise
+    return attached
+
+
+def detach(driver: Any, instance: str, volume_id: str, cinder_url: str | None = None,
+           **kwargs: Any) -> str | None:
+    """Detach; then delete the Cinder attachment remembered for it (the attachment id, or
+    ``None`` when the volume was not attached through ``--cinder``)."""
+    note = recall(driver, instance, volume_id)
+    driver.detach_volume(instance, volume_id, **kwargs)
+    if note is None:
+        return None
+    att_id, url = note
+    try:
+        Cinder(cinder_url or url).delete_attachment(att_id, missing_ok=True)  # gone: fine
+    except VirtDriverError as exc:
+        raise CinderError(f"volume {volume_id} is detached from {instance}, but its Cinder "
+                          f"attachment {att_id} remains: {exc}") from None
+    forget(driver, instance, volume_id)
+    return att_id
+
+
+# ---- the guest's notes ----------------------------------------------------------------------
+
+def _flags(dom: libvirt.virDomain) -> list[int]:
+    flags = [libvirt.VIR_DOMAIN_AFFECT_LIVE] if dom.isActive() else []
+    if dom.isPersistent():
+        flags.append(libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+    return flags
+
+
+def _read(dom: libvirt.virDomain, flag: int) -> dict[str, tuple[str, str]]:
+    try:
+        raw = dom.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, NS, flag)
+    except libvirt.libvirtError as exc:
+        if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN_METADATA:
+            return {}
+        raise
+    root = etree.fromstring(raw)
+    return {n.get("volume", ""): (n.get("id", ""), n.get("url", "")) for n in root
+            if etree.QName(n).localname == "attachment"}
+
+
+def _write(dom: libvirt.virDomain, notes: dict[str, tuple[str, str]], flag: int) -> None:
+    root = etree.Element("cinder")
+    for volume, (att_id, url) in sorted(notes.items()):
+        etree.SubElement(root, "attachment", volume=volume, id=att_id, url=url)
+    xml = etree.tostring(root, encoding="unicode") if notes else None
+    dom.setMetadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, xml, PREFIX if notes else None, NS,
+                    flag)
+
+
+def _change(driver: Any, instance: str, volume_id: str, value: tuple[str, str] | None) -> None:
+    dom = driver.hosting.connection.domain(instance)
+    try:
+        _change_notes(dom, volume_id, value)
+    except libvirt.libvirtError as exc:
+        raise HypervisorError(f"cannot keep the Cinder attachment of volume {volume_id} in "
+                              f"guest {instance}'s metadata", libvirt_message(exc)) from None
+
+
+def _change_notes(dom: libvirt.virDomain, volume_id: str,
+                  value: tuple[str, str] | None) -> None:
+    for flag in _flags(dom):
+        notes = _read(dom, flag)
+        if value is None and notes.pop(volume_id, None) is None:
+            continue
+        if value is not None:
+            notes[volume_id] = value
+        _write(dom, notes, flag)
+
+
+def remember(driver: Any, instance: str, volume_id: str, att_id: str, url: str) -> None:
+    _change(driver, instance, volume_id, (att_id, url))
+
+
+def forget(driver: Any, instance: str, volume_id: str) -> None:
+    _change(driver, instance, volume_id, None)
+
+
+def recall(driver: Any, instance: str, volume_id: str) -> tuple[str, str] | None:
+    """``(attachment id, Cinder URL)`` remembered for the guest's volume, or ``None``."""
+    return notes_of(driver.hosting.connection.domain(instance)).get(volume_id)
+
+
+def attachments(driver: Any, instance: str) -> dict[str, tuple[str, str]]:
+    """Every remembered ``{volume id: (attachment id, URL)}`` of a guest."""
+    return notes_of(driver.hosting.connection.domain(instance))
+
+
+def notes_of(dom: libvirt.virDomain) -> dict[str, tuple[str, str]]:
+    """``{volume id: (attachment id, URL)}`` remembered in a domain (live if it runs)."""
+    try:
+        flags = _flags(dom)
+        return _read(dom, flags[0]) if flags else {}
+    except libvirt.libvirtError as exc:
+        raise HypervisorError("cannot read a guest's Cinder attachments from its metadata",
+                              libvirt_message(exc)) from None
