@@ -121,8 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # a table or message printed to a reader that went away
         fail(output_closed())
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        fail("interrupted")
+    except KeyboardInterrupt as exc:  # a held-back interrupt says what it left behind
+        fail(f"interrupted ({exc})" if str(exc) else "interrupted")
         return 130
 
 

@@ -23,6 +23,7 @@ from virtdriver.driver import detach as detach_steps
 from virtdriver.driver import migrate as migrate_steps
 from virtdriver.driver import swap as swap_steps
 from virtdriver.driver.host import Host
+from virtdriver.driver.interrupts import Interrupts
 from virtdriver.driver.options import DEFAULT_STATE_DIR, HostOptions, check_timeout
 from virtdriver.hypervisor import brick
 from virtdriver.hypervisor.capabilities import host_capabilities
@@ -173,18 +174,29 @@ class LibvirtVolumeDriver:
         """On the destination, after a failed migration: undo :meth:`prepare_incoming`."""
         return migrate_steps.abort_incoming(self.hosting, instance, volume_id)
 
-    def finish_outgoing(self, instance: str, volume_id: str) -> list[str]:
+    def complete_incoming(self, instance: str, volume_id: str) -> bool:
+        """On the destination, once ``instance`` arrived (a migration the caller drove): forget
+        its arrival, so that it never counts as a user here again once it has left."""
+        return migrate_steps.complete_incoming(self.hosting, instance, volume_id)
+
+    def finish_outgoing(self, instance: str, volume_id: str, *,
+                        leftover_definition: bool = False) -> list[str]:
         """On the source, once ``instance`` left: release the volume's host side unless another
-        guest here uses it; returns the guests that still do."""
-        return migrate_steps.finish_outgoing(self.hosting, instance, volume_id)
+        guest here uses it; returns the guests that still do. A guest shut off here has not
+        left, unless ``leftover_definition`` says only its definition stayed behind."""
+        return migrate_steps.finish_outgoing(self.hosting, instance, volume_id,
+                                             leftover_definition=leftover_definition)
 
     def migrate(self, instance: str, destination: LibvirtVolumeDriver,
                 connection_infos: Sequence[Mapping[str, Any]], *,
-                uri: str | None = None) -> list[str]:
-        """Live-migrate ``instance`` and its volumes to ``destination`` (all three steps around
-        libvirt's migration); returns the volumes this host keeps connected for other guests."""
+                uri: str | None = None, peer_to_peer: bool = False,
+                interrupts: Interrupts | None = None) -> list[str]:
+        """Live-migrate ``instance`` and its volumes to ``destination`` (all the steps around
+        libvirt's migration); returns the volumes this host keeps connected for other guests.
+        See :func:`virtdriver.driver.migrate.migrate` and docs/migration.md."""
         return migrate_steps.migrate(self.hosting, destination.hosting, instance,
-                                     connection_infos, uri=uri)
+                                     connection_infos, uri=uri, peer_to_peer=peer_to_peer,
+                                     interrupts=interrupts)
 
     def close(self) -> None:
         self.hosting.close()
