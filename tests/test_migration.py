@@ -1,75 +1,53 @@
 """Live migration of a guest that shares a multiattach volume, between two real libvirt daemons.
 
 The source is the host's libvirtd; the destination a private libvirtd in its own mount namespace
-with its own ``host_uuid`` (libvirt refuses to migrate to "the same host"). Each side has its own
-driver and state directory, so each keeps its own host-connection accounting as two machines
+with its own ``host_uuid`` (libvirt refuses to migrate to "the same host"; see
+tests/support/migration.py). Each side has its own driver and state directory, so each keeps its own host-connection accounting as two machines
 would. On one machine both see the same ``/dev``: a ``local`` volume on a loop device is the same
 data on both sides, which lets guest B on the source read what guest A writes after it moved.
 """
 
 from __future__ import annotations
 
-import socket
+import json
+import signal
+import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import libvirt
 import pytest
 
-from tests.support.fixtures import made_guests, opened
+from tests.support.migration import (  # noqa: F401 - fixtures, found by name
+    MIGRATED_IN,
+    MIGRATED_OUT,
+    STARTED,
+    STOPPED,
+    Lifecycle,
+    arriving_notes,
+    dest_conn,
+    dest_guests,
+    destination_daemon,
+    drivers,
+    has_open,
+    lock_file,
+    migrate_argv,
+    migration_uri,
+    resume_with,
+    run_cli,
+    runs_on,
+    shared_volume,
+    start_cli,
+    stop_process,
+    volume_file,
+    wait_until,
+)
 from tests.support.volumes import local_volume
-from virtdriver import LibvirtVolumeDriver
 from virtdriver.errors import MigrationFailed, MigrationRefused, VolumeInUse
-from virtdriver.guests import Guests, read_pattern, write_pattern
+from virtdriver.guests import read_pattern, write_pattern
 
 pytestmark = pytest.mark.hypervisor
-
-
-@pytest.fixture(scope="module")
-def destination_daemon() -> Iterator[Any]:
-    from virtdriver.guests import private_libvirtd as pl
-
-    reason = pl.available()
-    if reason is not None:
-        pytest.skip(f"no second libvirtd: {reason}")
-    with pl.PrivateLibvirtd(host_uuid=str(uuid.uuid4())) as daemon:
-        yield daemon
-
-
-@pytest.fixture
-def dest_guests(destination_daemon) -> Iterator[Guests]:
-    for conn in opened(destination_daemon.uri):
-        yield from made_guests(conn)
-
-
-@pytest.fixture
-def drivers(destination_daemon, tmp_path: Path) -> Iterator[tuple[Any, Any]]:
-    source = LibvirtVolumeDriver("qemu:///system", state_dir=tmp_path / "source")
-    destination = LibvirtVolumeDriver(destination_daemon.uri, state_dir=tmp_path / "destination")
-    yield source, destination
-    source.close()
-    destination.close()
-
-
-def migration_uri() -> str:
-    with socket.socket() as probe:  # a free port for QEMU's migration stream
-        probe.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{probe.getsockname()[1]}"
-
-
-def shared_volume(guests: Guests, source: Any, device: str) -> tuple[Any, Any, dict, str]:
-    """Guests A and B on the source, one multiattach volume read-write to A, read-only to B."""
-    a, b = guests.start("a"), guests.start("b")
-    info = local_volume(device, multiattach=True)
-    source.attach_volume(info, a.name())
-    source.attach_volume(info, b.name(), attach_mode="ro")
-    return a, b, info, info["data"]["volume_id"]
-
-
-def arriving_notes(driver: Any) -> list[dict[str, Any]]:
-    return [a for vid in driver.host.connected() for a in driver.host.load(vid).arriving]
 
 
 def test_a_guest_moves_and_its_neighbour_keeps_the_volume(guests, dest_guests, drivers,
@@ -206,3 +184,112 @@ def test_an_unusable_instance_is_refused_before_the_host_is_touched(
     with pytest.raises(InvalidRequest, match="is not a guest name or UUID"):
         destination.prepare_incoming(info, instance, "rw")
     assert destination.host.connected() == []
+
+
+# ---- (3) an interrupt: the outcome follows where the guest is ----------------------------------
+
+def assert_stayed(a: Any, source: Any, destination: Any, vid: str, xml_before: str) -> None:
+    """The guest runs on the source as before; the destination holds nothing for it."""
+    assert a.isActive() and a.XMLDesc(0) == xml_before
+    assert not runs_on(destination.connection.get(), a.name())
+    assert source.host.connected() == [vid]
+    assert destination.host.connected() == [] and arriving_notes(destination) == []
+
+
+def assert_moved(a: Any, b: Any, source: Any, destination: Any, vid: str) -> None:
+    """The guest runs on the destination with its shared disk; the source kept the volume for
+    B only; no arrival note is left."""
+    assert runs_on(destination.connection.get(), a.name())
+    assert not runs_on(source.connection.get(), a.name())
+    [moved] = destination.list_attachments(a.name())
+    assert (moved.attach_mode, moved.shareable, moved.cache) == ("rw", True, "none")
+    assert source.host.connected() == [vid] == destination.host.connected()
+    assert arriving_notes(destination) == []
+    source.detach_volume(b.name(), vid)
+    destination.detach_volume(a.name(), vid)
+    assert source.host.connected() == [] == destination.host.connected()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupt_before_libvirt_moved_anything_undoes_the_preparation(
+        sig: int, guests, drivers, loop_device, tmp_path) -> None:
+    from virtdriver.hypervisor.locks import volume_lock
+
+    source, destination = drivers
+    a, b, info, vid = shared_volume(guests, source, loop_device.device)
+    xml_before = a.XMLDesc(0)
+    # The destination's volume lock, held here, stops the command inside its preparation; it
+    # holds the source's lock of the volume by then (seen in its open files).
+    with volume_lock(destination.lock_dir, vid, operation="the test"):
+        proc = start_cli(*migrate_argv(source, destination, a.name(),
+                                       volume_file(tmp_path, info)))
+        wait_until(lambda: has_open(proc.pid, lock_file(destination, vid)),
+                   "the command to wait for the destination's lock")
+        proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+
+    assert proc.returncode == 130, err
+    assert out == ""
+    assert err.startswith("virtdriver: error: interrupted (") and "still runs on the source" in err
+    assert len(err.splitlines()) == 1, err
+    assert_stayed(a, source, destination, vid, xml_before)
+    write_pattern(a, f"ua-{vid}", 0x3D)
+    assert read_pattern(b, f"ua-{vid}", 0x3D)
+
+
+def test_an_interrupt_after_libvirt_moved_the_guest_completes_the_migration(
+        guests, dest_guests, drivers, loop_device, tmp_path, destination_daemon) -> None:
+    """The issue's timing: libvirt's call succeeds while the command cannot run (stopped), and
+    the interrupt is delivered as it returns. Peer to peer, so the daemons finish the migration
+    by themselves meanwhile."""
+    source, destination = drivers
+    a, b, info, vid = shared_volume(guests, source, loop_device.device)
+    dest_guests.adopt(a.name())
+    on_source, on_destination = Lifecycle("qemu:///system"), Lifecycle(destination_daemon.uri)
+    try:
+        proc = start_cli(*migrate_argv(source, destination, a.name(),
+                                       volume_file(tmp_path, info), "--p2p"))
+        on_destination.when(a.name(), STARTED, MIGRATED_IN, lambda: stop_process(proc))
+        on_source.wait(a.name(), STOPPED, MIGRATED_OUT)  # libvirt moved it: the call succeeded
+        resume_with(proc, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        on_source.close()
+        on_destination.close()
+
+    assert proc.returncode == 0, err
+    assert out.splitlines() == [
+        f"Guest {a.name()} migrated to {destination.uri}",
+        f"Volume {vid} stays connected on this host: other guests here still use it"]
+    assert err == ("virtdriver: SIGINT came after the guest had moved: the migration was "
+                   "completed\n")
+    assert_moved(a, b, source, destination, vid)
+
+
+def test_an_interrupt_while_libvirt_migrates_cancels_or_completes_by_where_the_guest_is(
+        guests, dest_guests, drivers, loop_device, tmp_path, destination_daemon) -> None:
+    """Stopped as the destination starts the incoming guest, interrupted, resumed: the command
+    asks libvirt to cancel at once. Whether libvirt still finished first is libvirt's race; the
+    outcome must follow where the guest is, either way."""
+    source, destination = drivers
+    a, b, info, vid = shared_volume(guests, source, loop_device.device)
+    xml_before = a.XMLDesc(0)
+    dest_guests.adopt(a.name())
+    on_destination = Lifecycle(destination_daemon.uri)
+    try:
+        proc = start_cli(*migrate_argv(source, destination, a.name(),
+                                       volume_file(tmp_path, info)))
+        on_destination.when(a.name(), STARTED, MIGRATED_IN,
+                            lambda: (stop_process(proc), resume_with(proc, signal.SIGINT)))
+        out, err = proc.communicate(timeout=120)
+    finally:
+        on_destination.close()
+
+    if runs_on(source.connection.get(), a.name()):
+        assert proc.returncode == 130, err
+        assert "the migration was cancelled" in err and len(err.splitlines()) == 1
+        assert_stayed(a, source, destination, vid, xml_before)
+    else:
+        assert proc.returncode == 0, err
+        assert_moved(a, b, source, destination, vid)
+    print("outcome:", proc.returncode, err)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import shlex
+import signal
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -29,7 +30,7 @@ import libvirt
 from virtdriver.config import Disk
 from virtdriver.config.reader import parse_xml
 from virtdriver.driver.host import Host
-from virtdriver.driver.interrupts import Interrupted, Interrupts
+from virtdriver.driver.interrupts import SIGNALS, Interrupted, Interrupts
 from virtdriver.driver.migrate_dest import (
     abort_incoming,
     arriving_disk,
@@ -155,7 +156,7 @@ def _migrate_locked(source: Host, destination: Host, dom: libvirt.virDomain,
         left = _undo(destination, state, prepared)
         if signals.received is not None:
             raise Interrupted(f"{signals.name}: the migration was cancelled; guest {state.name} "
-                              f"still runs on the source{left or ', nothing is left prepared'}")
+                              f"still runs on the source{left or '; the destination was left as it was'}")
         raise MigrationFailed(f"libvirt could not migrate {state.name}: {error}; it still runs "
                               f"on the source{left}")
     raise MigrationFailed(
@@ -208,6 +209,7 @@ def _run_libvirt(dom: libvirt.virDomain, destination: Host, params: dict[str, An
     outcome: dict[str, str] = {}
 
     def run() -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)  # the main thread answers them
         if signals.received is not None:
             outcome["error"] = f"not started: {signals.name} came first"
             return
@@ -226,7 +228,7 @@ def _run_libvirt(dom: libvirt.virDomain, destination: Host, params: dict[str, An
     with signals.answering(lambda: _cancel(dom)):
         worker.start()
         while worker.is_alive():
-            worker.join(0.2)  # wakes the main thread, so a held-back signal is answered at once
+            worker.join(0.2)  # a signal wakes this (main) thread: answered at once
     return outcome.get("error")
 
 

@@ -29,6 +29,9 @@ from virtdriver.policy.identity import names_guest
 from virtdriver.policy.sharing import DIRECT_CACHE_MODES, Use
 
 
+ARRIVING = " (arriving by live migration)"  # how an arriving guest is named among users
+
+
 @dataclasses.dataclass(frozen=True)
 class Arrival:
     """A guest expected on this host by live migration, and its disk of one volume."""
@@ -42,7 +45,7 @@ class Arrival:
 
     def as_use(self) -> Use:
         """The arriving guest's disk, as the sharing rules see it (it will be live here)."""
-        return Use(guest=f"{self.guest} (arriving by live migration)", guest_uuid=self.guest,
+        return Use(guest=f"{self.guest}{ARRIVING}", guest_uuid=self.guest,
                    volume=self.volume, data=self.data, shareable=self.shareable,
                    readonly=self.readonly, cache="none")
 
