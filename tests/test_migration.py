@@ -293,3 +293,103 @@ def test_an_interrupt_while_libvirt_migrates_cancels_or_completes_by_where_the_g
         assert proc.returncode == 0, err
         assert_moved(a, b, source, destination, vid)
     print("outcome:", proc.returncode, err)
+
+
+# ---- (1) a disk arrives as it left, or nothing moves --------------------------------------------
+
+def qos_volume(device: str) -> dict[str, Any]:
+    info = local_volume(device, multiattach=True)
+    info["data"]["qos_specs"] = {"total_iops_sec": 1000, "total_iops_sec_max": 2000,
+                                 "read_bytes_sec": 4096000}
+    info["data"]["discard"] = True
+    return info
+
+
+def test_a_shared_disk_arrives_with_every_promise_kept(guests, dest_guests, drivers,
+                                                       loop_device) -> None:
+    """A shared disk attached directsync (the sharing rules allow it; virtdriver renders none)
+    with throttles, discard and a serial arrives exactly so: only its source is the
+    destination's."""
+    from virtdriver.config import Disk
+    from virtdriver.render import build_disk
+
+    source, destination = drivers
+    a, b = guests.start("a"), guests.start("b")
+    info = qos_volume(loop_device.device)
+    vid = info["data"]["volume_id"]
+    source.attach_volume(info, b.name(), attach_mode="ro")
+    disk = build_disk(info, target_dev="sdb", bus="scsi", scsi_unit=1)
+    disk.driver.cache = "directsync"
+    a.attachDeviceFlags(disk.to_xml(), libvirt.VIR_DOMAIN_AFFECT_LIVE
+                        | libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+    dest_guests.adopt(a.name())
+
+    def disk_of(dom: Any, flags: int = 0) -> Any:
+        xml = dom.XMLDesc(flags)
+        start = xml.rindex("<disk", 0, xml.index(f"ua-{vid}"))
+        return Disk.from_xml(xml[start:xml.index("</disk>", start) + 7], strict=False)
+
+    leaving, leaving_config = disk_of(a), disk_of(a, libvirt.VIR_DOMAIN_XML_INACTIVE)
+    source.migrate(a.name(), destination, [info], uri=migration_uri())
+
+    moved = destination.connection.get().lookupByName(a.name())
+    for before, after in ((leaving, disk_of(moved)),
+                          (leaving_config, disk_of(moved, libvirt.VIR_DOMAIN_XML_INACTIVE))):
+        assert after.driver.cache == "directsync" and after.shareable and not after.readonly
+        assert (after.driver, after.iotune, after.serial, after.target, after.address,
+                after.alias) == (before.driver, before.iotune, before.serial, before.target,
+                                 before.address, before.alias)
+    write_pattern(moved, f"ua-{vid}", 0x4E)
+    assert read_pattern(b, f"ua-{vid}", 0x4E)  # still one shared disk, written from there
+    source.detach_volume(b.name(), vid)
+    destination.detach_volume(a.name(), vid)
+    assert source.host.connected() == [] == destination.host.connected()
+
+
+def without_multiattach(info: dict[str, Any]) -> None:
+    del info["multiattach"]  # as Cinder's initialize_connection gives it
+
+
+@pytest.mark.parametrize("field, change", [
+    ("shareable", without_multiattach),
+    ("iotune", lambda i: i["data"].update(qos_specs={"total_iops_sec": 500})),
+    ("discard", lambda i: i["data"].update(discard=False)),
+    ("serial", lambda i: i.update(serial="another-serial")),
+    ("readonly", lambda i: i["data"].update(access_mode="ro")),
+])
+def test_a_disk_that_would_arrive_otherwise_is_refused_before_anything_moves(
+        field: str, change: Any, guests, drivers, loop_device) -> None:
+    source, destination = drivers
+    a, b = guests.start("a"), guests.start("b")
+    info = qos_volume(loop_device.device)
+    vid = info["data"]["volume_id"]
+    source.attach_volume(info, a.name())
+    source.attach_volume(info, b.name(), attach_mode="ro")
+    xml_before = a.XMLDesc(0)
+    there = json.loads(json.dumps(info))
+    change(there)
+
+    with pytest.raises(MigrationRefused) as refused:
+        source.migrate(a.name(), destination, [there], uri=migration_uri())
+    message = str(refused.value)
+    assert f"would arrive with {field}=" in message and "nothing was moved" in message
+    assert vid in message and "\n" not in message
+    assert_stayed(a, source, destination, vid, xml_before)
+
+
+def test_the_manual_path_refuses_an_unshared_arrival_of_a_shared_disk(
+        guests, drivers, loop_device) -> None:
+    """The caller's own steps: the destination renders the guest's XML from Cinder's
+    connection_info (no multiattach): refused, naming the field, before the caller migrates."""
+    source, destination = drivers
+    a, b, info, vid = shared_volume(guests, source, loop_device.device)
+    cinders = json.loads(json.dumps(info))
+    without_multiattach(cinders)
+    destination.prepare_incoming(cinders, a.UUIDString(), "rw")
+    xml = a.XMLDesc(libvirt.VIR_DOMAIN_XML_MIGRATABLE)
+
+    with pytest.raises(MigrationRefused, match="would arrive with shareable=false but leaves "
+                                               "with shareable=true"):
+        destination.incoming_xml(xml, [cinders])
+    assert destination.abort_incoming(a.UUIDString(), vid) is True
+    assert destination.host.connected() == [] and arriving_notes(destination) == []
