@@ -10,6 +10,7 @@ data on both sides, which lets guest B on the source read what guest A writes af
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 import uuid
@@ -393,3 +394,78 @@ def test_the_manual_path_refuses_an_unshared_arrival_of_a_shared_disk(
         destination.incoming_xml(xml, [cinders])
     assert destination.abort_incoming(a.UUIDString(), vid) is True
     assert destination.host.connected() == [] and arriving_notes(destination) == []
+
+
+# ---- (2) a detach racing a migration is never reported as done ----------------------------------
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["transient", "persistent"])
+def test_a_detach_during_a_migration_waits_for_it_and_does_not_claim_success(
+        persistent: bool, guests, dest_guests, drivers, loop_device) -> None:
+    """The migration holds the source's lock of the volume: the detach (another process) waits
+    for it, then finds the guest gone to the other host -- with its disk."""
+    from virtdriver.hypervisor.locks import volume_lock
+
+    source, destination = drivers
+    a, b, info, vid = shared_volume(guests, source, loop_device.device, persistent=persistent)
+    dest_guests.adopt(a.name())
+    outcome: list[Any] = []
+    with volume_lock(destination.lock_dir, vid, operation="the test"):  # holds it in prepare
+        mover = threading.Thread(target=lambda: outcome.append(
+            source.migrate(a.name(), destination, [info], uri=migration_uri())))
+        mover.start()
+        wait_until(lambda: has_open(os.getpid(), lock_file(destination, vid)),
+                   "the migration to wait for the destination's lock")
+        detach = start_cli("--state-dir", str(source.state_dir), "detach", a.name(), vid)
+        wait_until(lambda: has_open(detach.pid, lock_file(source, vid)),
+                   "the detach to wait for the volume's lock")
+    mover.join(180)
+    out, err = detach.communicate(timeout=120)
+
+    assert outcome == [[vid]]
+    assert detach.returncode == 1 and out == "", err
+    assert "left this host by live migration" in err and "was not detached" in err, err
+    assert len(err.splitlines()) == 1
+    assert_moved(a, b, source, destination, vid)
+
+
+def test_a_detach_waiting_on_libvirt_while_the_guest_leaves_is_not_a_detach(
+        guests, dest_guests, drivers, loop_device, destination_daemon) -> None:
+    """A migration driven by the caller's own migrate3 (no virtdriver lock): the detach's
+    libvirt call waits for the migration job and fails once the guest is gone. The guest left,
+    it did not stop: the detach says so instead of reporting success."""
+    from virtdriver.errors import GuestLeft, InstanceNotFound
+
+    source, destination = drivers
+    a, b = guests.start("a", persistent=False), guests.start("b")
+    info = local_volume(loop_device.device, multiattach=True)
+    vid = info["data"]["volume_id"]
+    source.attach_volume(info, a.name())
+    source.attach_volume(info, b.name(), attach_mode="ro")
+    dest_guests.adopt(a.name(), persistent=False)
+    destination.prepare_incoming(info, a.UUIDString(), "rw")
+    xml = destination.incoming_xml(a.XMLDesc(libvirt.VIR_DOMAIN_XML_MIGRATABLE), [info])
+    failed: list[BaseException] = []
+
+    def detach() -> None:
+        try:
+            source.detach_volume(a.name(), vid, timeout=60)
+        except BaseException as exc:  # noqa: BLE001 - the outcome under test
+            failed.append(exc)
+
+    detacher = threading.Thread(target=detach)
+    on_destination = Lifecycle(destination_daemon.uri)
+    try:
+        on_destination.when(a.name(), STARTED, MIGRATED_IN, detacher.start)
+        a.migrate3(destination.connection.get(), {
+            libvirt.VIR_MIGRATE_PARAM_DEST_XML: xml,
+            libvirt.VIR_MIGRATE_PARAM_URI: migration_uri()}, libvirt.VIR_MIGRATE_LIVE)
+        detacher.join(120)
+    finally:
+        on_destination.close()
+
+    [error] = failed
+    assert isinstance(error, (GuestLeft, InstanceNotFound)), error
+    assert "was not detached" in str(error)
+    assert source.finish_outgoing(a.UUIDString(), vid) == [b.name()]
+    assert destination.complete_incoming(a.UUIDString(), vid) is True
+    assert_moved(a, b, source, destination, vid)
