@@ -2,8 +2,8 @@
 
 The source is the host's libvirtd; the destination a private libvirtd in its own mount namespace
 with its own ``host_uuid`` (libvirt refuses to migrate to "the same host"; see
-tests/support/migration.py). Each side has its own driver and state directory, so each keeps its own host-connection accounting as two machines
-would. On one machine both see the same ``/dev``: a ``local`` volume on a loop device is the same
+tests/support/migration.py). Each side has its own driver and state directory, so each keeps its
+own host-connection accounting as two machines would. On one machine both see the same ``/dev``: a ``local`` volume on a loop device is the same
 data on both sides, which lets guest B on the source read what guest A writes after it moved.
 """
 
@@ -469,3 +469,181 @@ def test_a_detach_waiting_on_libvirt_while_the_guest_leaves_is_not_a_detach(
     assert source.finish_outgoing(a.UUIDString(), vid) == [b.name()]
     assert destination.complete_incoming(a.UUIDString(), vid) is True
     assert_moved(a, b, source, destination, vid)
+
+
+# ---- (4) the manual steps: an arrival note never outlives the guest's stay ----------------------
+
+def manual_migration(source: Any, destination: Any, a: Any, info: dict[str, Any],
+                     tmp_path: Path) -> None:
+    """The documented steps around the caller's own migrate3 (the guest stays transient there)."""
+    volume = volume_file(tmp_path, info, "manual.json")
+    done = run_cli("-c", destination.uri, "--state-dir", str(destination.state_dir),
+                   "migrate-prepare", str(volume), a.UUIDString())
+    assert done.returncode == 0, done.stderr
+    xml = destination.incoming_xml(a.XMLDesc(libvirt.VIR_DOMAIN_XML_MIGRATABLE), [info])
+    a.migrate3(destination.connection.get(), {libvirt.VIR_MIGRATE_PARAM_DEST_XML: xml,
+                                              libvirt.VIR_MIGRATE_PARAM_URI: migration_uri()},
+               libvirt.VIR_MIGRATE_LIVE)
+    done = run_cli("--state-dir", str(source.state_dir), "migrate-finish", a.UUIDString(),
+                   info["data"]["volume_id"])
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_manual_steps_end_with_migrate_complete_and_the_volume_is_free_after(
+        guests, dest_guests, drivers, loop_device, tmp_path) -> None:
+    source, destination = drivers
+    a = guests.start("a", persistent=False)
+    info = local_volume(loop_device.device, multiattach=False)
+    vid = info["data"]["volume_id"]
+    source.attach_volume(info, a.name())
+    dest_guests.adopt(a.name(), persistent=False)
+    manual_migration(source, destination, a, info, tmp_path)
+    assert source.host.connected() == []
+    assert len(arriving_notes(destination)) == 1
+
+    done = run_cli("-c", destination.uri, "--state-dir", str(destination.state_dir),
+                   "migrate-complete", a.UUIDString(), vid)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert done.stdout == f"Guest {a.UUIDString()} arrived: volume {vid} is its own disk here now\n"
+    assert arriving_notes(destination) == [] and destination.host.connected() == [vid]
+    # The guest goes away behind the driver's back: its connection is an ordinary leak now,
+    # released on request, and the volume (not multiattach) is free for another guest.
+    destination.connection.get().lookupByName(a.name()).destroy()
+    assert destination.release_volume(vid) is True
+    other = dest_guests.start("o")
+    destination.attach_volume(info, other.name())
+    destination.detach_volume(other.name(), vid)
+    assert destination.host.connected() == []
+
+
+def test_a_guest_that_arrived_and_left_again_is_not_expected_any_more(
+        guests, dest_guests, drivers, loop_device, tmp_path) -> None:
+    """Without the completing step: the guest leaves the destination again by virtdriver's
+    migration, which releases the volume there (its old arrival note does not hold it)."""
+    source, destination = drivers
+    a, b, info, vid = shared_volume(guests, source, loop_device.device, persistent=False)
+    dest_guests.adopt(a.name(), persistent=False)
+    manual_migration(source, destination, a, info, tmp_path)
+    guests.adopt(a.name(), persistent=False)  # it comes back
+
+    assert destination.migrate(a.name(), source, [info], uri=migration_uri()) == []
+    assert destination.host.connected() == [] and arriving_notes(destination) == []
+    assert runs_on(source.connection.get(), a.name())
+    assert source.host.connected() == [vid] and arriving_notes(source) == []
+    source.detach_volume(a.name(), vid)
+    source.detach_volume(b.name(), vid)
+    assert source.host.connected() == []
+
+
+def test_an_arrival_note_seen_arrived_never_counts_again(guests, dest_guests, drivers,
+                                                         loop_device, tmp_path) -> None:
+    """Without the completing step: any virtdriver operation on the destination while the guest
+    is there sees it arrived; once it is destroyed, its volume is not held for it."""
+    source, destination = drivers
+    a = guests.start("a", persistent=False)
+    info = local_volume(loop_device.device, multiattach=False)
+    vid = info["data"]["volume_id"]
+    source.attach_volume(info, a.name())
+    dest_guests.adopt(a.name(), persistent=False)
+    manual_migration(source, destination, a, info, tmp_path)
+    assert len(arriving_notes(destination)) == 1
+
+    assert destination.release_volume("some-other-volume") is False  # an operation there
+    assert arriving_notes(destination) == []
+    destination.connection.get().lookupByName(a.name()).destroy()
+    other = dest_guests.start("o")
+    destination.attach_volume(info, other.name())  # not multiattach: nobody else holds it
+    destination.detach_volume(other.name(), vid)
+    assert destination.host.connected() == []
+
+
+def test_an_unseen_arrival_is_undone_by_the_command_release_names(
+        guests, dest_guests, drivers, loop_device, tmp_path) -> None:
+    """Nothing on the destination saw the guest before it went: the note still holds the
+    volume, and release says exactly how to let it go."""
+    source, destination = drivers
+    a = guests.start("a", persistent=False)
+    info = local_volume(loop_device.device, multiattach=False)
+    vid = info["data"]["volume_id"]
+    source.attach_volume(info, a.name())
+    dest_guests.adopt(a.name(), persistent=False)
+    manual_migration(source, destination, a, info, tmp_path)
+    destination.connection.get().lookupByName(a.name()).destroy()
+
+    done = run_cli("-c", destination.uri, "--state-dir", str(destination.state_dir),
+                   "release", vid)
+    assert done.returncode == 3
+    assert f"undo it with 'virtdriver migrate-abort {a.UUIDString()} {vid}'" in done.stderr
+    done = run_cli("-c", destination.uri, "--state-dir", str(destination.state_dir),
+                   "migrate-abort", a.UUIDString(), vid)
+    assert done.returncode == 0, done.stderr
+    assert destination.host.connected() == [] and arriving_notes(destination) == []
+
+
+# ---- (5) what the messages say -------------------------------------------------------------------
+
+def test_a_lost_destination_is_named_with_the_exact_command_that_undoes_its_preparation(
+        guests, drivers, loop_device, destination_daemon, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    source, destination = drivers
+    a, b, info, vid = shared_volume(guests, source, loop_device.device)
+    xml_before = a.XMLDesc(0)
+    on_destination = Lifecycle(destination_daemon.uri)
+    try:  # the destination's libvirtd dies as the incoming guest starts there
+        on_destination.when(a.name(), STARTED, MIGRATED_IN, lambda: destination_daemon.kill())
+        with pytest.raises(MigrationFailed) as failed:
+            source.migrate(a.name(), destination, [info], uri=migration_uri())
+    finally:
+        on_destination.close()
+        destination_daemon.start()
+
+    message = str(failed.value)
+    assert "still runs on the source" in message and "\n" not in message
+    assert f"the destination {destination.uri} still holds the preparation of volume {vid}" \
+        in message
+    command = message.split("once it is reachable, run there: ")[1]
+    assert command.split()[:2] == ["virtdriver", "-c"] and "migrate-abort" in command
+    assert a.isActive() and a.XMLDesc(0) == xml_before and source.host.connected() == [vid]
+    assert destination.host.connected() == [vid]  # what the message says is left there
+    done = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True,
+                          timeout=120, check=False,
+                          env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert destination.host.connected() == [] and arriving_notes(destination) == []
+    assert not runs_on(destination.connection.get(), a.name())
+
+
+def test_a_leftover_definition_on_the_destination_is_called_one(guests, dest_guests, dest_conn,
+                                                                drivers, loop_device) -> None:
+    source, destination = drivers
+    a, b, info, vid = shared_volume(guests, source, loop_device.device)
+    dest_conn.defineXML(a.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))  # shut off there
+    dest_guests.adopt(a.name())
+
+    with pytest.raises(MigrationRefused) as refused:
+        source.migrate(a.name(), destination, [info], uri=migration_uri())
+    assert "an inactive definition of guest" in str(refused.value)
+    assert "leftover" in str(refused.value) and "already runs" not in str(refused.value)
+    assert a.isActive() and destination.host.connected() == [] == arriving_notes(destination)
+
+
+def test_finish_refuses_a_guest_that_is_shut_off_here_and_never_left(guests, drivers,
+                                                                    loop_device) -> None:
+    source, _ = drivers
+    a = guests.start("a")
+    info = local_volume(loop_device.device, multiattach=False)
+    vid = info["data"]["volume_id"]
+    source.attach_volume(info, a.name())
+    a.destroy()  # shut off, still defined here with its volume
+
+    done = run_cli("--state-dir", str(source.state_dir), "migrate-finish", a.name(), vid)
+    assert done.returncode == 3
+    assert "shut off on this host and has not left it" in done.stderr
+    assert "--leftover-definition" in done.stderr
+    assert source.host.connected() == [vid]
+    done = run_cli("--state-dir", str(source.state_dir), "migrate-finish", a.name(), vid,
+                   "--leftover-definition")
+    assert done.returncode == 0, done.stderr
+    assert source.host.connected() == []

@@ -153,17 +153,18 @@ def _migrate_locked(source: Host, destination: Host, dom: libvirt.virDomain,
                         "completed", signals.name, state.name)
         return _complete(source, destination, state, modes)
     if where == STAYED:
-        left = _undo(destination, state, prepared)
+        left = _undo(destination, state, prepared) or "; the destination was left as it was"
         if signals.received is not None:
             raise Interrupted(f"{signals.name}: the migration was cancelled; guest {state.name} "
-                              f"still runs on the source{left or '; the destination was left as it was'}")
+                              f"still runs on the source{left}")
         raise MigrationFailed(f"libvirt could not migrate {state.name}: {error}; it still runs "
                               f"on the source{left}")
     raise MigrationFailed(
         f"libvirt could not migrate {state.name} ({error}) and it runs on neither host as far as "
-        "libvirt can tell: nothing was released or undone; once you know where it is, run "
-        f"{_commands(source, 'migrate-finish', state.uuid, list(modes))} on the source if it moved, "
-        f"else {_commands(destination, 'migrate-abort', state.uuid, prepared)} on the destination")
+        "libvirt can tell: nothing was released or undone; once you know where it is, if it "
+        f"moved run on the source: {_commands(source, 'migrate-finish', state.uuid, list(modes))}"
+        f"; if not, run on the destination: "
+        f"{_commands(destination, 'migrate-abort', state.uuid, prepared)}")
 
 
 def _domain_xml(dom: libvirt.virDomain, state: DomainState) -> list[str]:
@@ -269,7 +270,7 @@ def _undo(destination: Host, state: DomainState, prepared: list[str]) -> str:
         return ""
     return (f"; the destination {destination.connection.uri} still holds the preparation of "
             f"volume{'s' if len(left) > 1 else ''} {', '.join(left)}: once it is reachable, run "
-            f"{_commands(destination, 'migrate-abort', state.uuid, left)} there")
+            f"there: {_commands(destination, 'migrate-abort', state.uuid, left)}")
 
 
 def _complete(source: Host, destination: Host, state: DomainState,
@@ -284,20 +285,21 @@ def _complete(source: Host, destination: Host, state: DomainState,
                 kept.append(vid)
         except VirtDriverError as exc:
             LOG.error("guest %s was migrated, but volume %s could not be released on the source "
-                      "(%s); run %s there", state.name, vid, exc,
+                      "(%s); run there: %s", state.name, vid, exc,
                       _commands(source, "migrate-finish", state.uuid, [vid]))
         try:
             with destination.lock([vid], [], "complete an incoming migration"):
                 destination.forget_arrivals(vid, guest=state.uuid)
         except VirtDriverError as exc:
             LOG.error("guest %s was migrated, but its arrival note of volume %s stays on the "
-                      "destination (%s); run %s there", state.name, vid, exc,
+                      "destination (%s); run there: %s", state.name, vid, exc,
                       _commands(destination, "migrate-complete", state.uuid, [vid]))
     return kept
 
 
 def _commands(host: Host, verb: str, uuid: str, volumes: Sequence[str]) -> str:
-    """The exact command lines that do ``verb`` for each volume on ``host``."""
+    """The exact command lines (shell syntax, ``;`` between them) that do ``verb`` for each
+    volume on ``host``."""
     base = (f"virtdriver -c {shlex.quote(host.connection.uri)} --state-dir "
             f"{shlex.quote(str(host.options.state_dir))} {verb} {uuid}")
-    return " and ".join(f"'{base} {shlex.quote(vid)}'" for vid in volumes) or "nothing"
+    return "; ".join(f"{base} {shlex.quote(vid)}" for vid in volumes) or "nothing"
