@@ -3,8 +3,13 @@
 The source is the host's libvirtd; the destination a private libvirtd in its own mount namespace
 with its own ``host_uuid`` (libvirt refuses to migrate to "the same host"; see
 tests/support/migration.py). Each side has its own driver and state directory, so each keeps its
-own host-connection accounting as two machines would. On one machine both see the same ``/dev``: a ``local`` volume on a loop device is the same
-data on both sides, which lets guest B on the source read what guest A writes after it moved.
+own host-connection accounting as two machines would. On one machine both see the same ``/dev``:
+a ``local`` volume on a loop device is the same data on both sides, which lets guest B on the
+source read what guest A writes after it moved.
+
+The issue's classes, each against both daemons: (1) a disk arrives as it left or nothing moves;
+(2) a detach racing a migration never claims success; (3) an interrupt's outcome follows where
+the guest is; (4) an arrival note never outlives the guest's stay; (5) what messages say.
 """
 
 from __future__ import annotations
