@@ -98,10 +98,14 @@ class _Locked:
             held = [self.host.lock(volumes, [], "migrate its guest to another host"),
                     guest_lock(self.host.options.lock_dir, self.state.uuid,
                                timeout=self.host.options.lock_timeout)]
-            for lock in held:
-                lock.__enter__()
-                self.stack.append(lock)
-            self.state = self.host.state(self.dom)
+            try:
+                for lock in held:
+                    lock.__enter__()
+                    self.stack.append(lock)
+                self.state = self.host.state(self.dom)
+            except BaseException:
+                self.__exit__(None, None, None)
+                raise
             if {u.volume for u in self.state.disks if u.volume} <= set(volumes):
                 return self.state
             self.__exit__(None, None, None)
