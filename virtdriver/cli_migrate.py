@@ -13,9 +13,9 @@ from typing import Any
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    from virtdriver.cli_host import driver_for
     import sys
 
+    from virtdriver.cli_host import driver_for
     from virtdriver.cli_io import load_connection_info
     from virtdriver.driver import LibvirtVolumeDriver
     from virtdriver.driver.interrupts import Interrupts
@@ -23,6 +23,7 @@ def _migrate(args: argparse.Namespace) -> int:
     infos = [load_connection_info(path) for path in args.volume]
     # Held back until this command ends: where the guest is decides the outcome, not the moment.
     with Interrupts() as interrupts:
+        interrupts.ignore_after()  # the outcome is decided inside; the exit status reports it
         source = driver_for(args)
         destination = LibvirtVolumeDriver(args.to, options=_dest_options(source, args))
         kept = source.migrate(args.domain, destination, infos, uri=args.migration_uri,

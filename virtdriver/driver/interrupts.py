@@ -55,6 +55,12 @@ class Interrupts:
         if self._on_signal is not None:
             self._on_signal()
 
+    def ignore_after(self) -> None:
+        """Leave the signals ignored (not restored) when the outermost block ends: for a process
+        whose outcome is decided and that only reports it before exiting."""
+        for sig in self._previous:
+            self._previous[sig] = signal.SIG_IGN
+
     @property
     def name(self) -> str:
         return signal.Signals(self.received).name if self.received else ""
