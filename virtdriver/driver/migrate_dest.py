@@ -14,6 +14,7 @@ import uuid as uuidlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import libvirt
 from lxml import etree
 
 from virtdriver.config import Disk
@@ -23,6 +24,7 @@ from virtdriver.driver.request import VolumeRequest
 from virtdriver.errors import HostConnectFailed, MigrationRefused
 from virtdriver.hypervisor.dataid import data_identity
 from virtdriver.hypervisor.hostconn import HostRecord
+from virtdriver.hypervisor.usage import DomainState
 from virtdriver.policy import check_attach_mode
 from virtdriver.policy.carryover import carried_over, refuse_changed
 from virtdriver.policy.identity import (
@@ -95,7 +97,12 @@ def abort_incoming(host: Host, instance: str, volume_id: str) -> bool:
     check_instance(instance)
     with host.lock([volume_id], [], "abort an incoming migration"):
         states = host.states()
-        if any(s.is_instance(instance) for s in states if s.active):
+        here = [s for s in states if s.is_instance(instance) and s.active]
+        if here and incoming(here[0]):
+            raise MigrationRefused(f"guest {instance} is here, paused by an incoming migration "
+                                   "that has not ended: once libvirt ends it (or after 'virsh "
+                                   f"destroy {here[0].name}'), run migrate-abort again")
+        if here:
             raise MigrationRefused(f"guest {instance} runs on this host: the migration did not "
                                    f"fail; detach volume {volume_id} instead")
         mine = host.forget_arrivals(volume_id, guest=instance)
@@ -109,6 +116,15 @@ def abort_incoming(host: Host, instance: str, volume_id: str) -> bool:
         LOG.info("volume %s stays connected on this host: still used by %s", volume_id,
                  ", ".join(users))
     return bool(mine) or not users
+
+
+def incoming(state: DomainState) -> bool:
+    """Whether the guest is still only the receiving end of a migration (paused for it)."""
+    try:
+        now, reason = state.dom.state()
+    except libvirt.libvirtError:
+        return False
+    return bool(now == libvirt.VIR_DOMAIN_PAUSED and reason == libvirt.VIR_DOMAIN_PAUSED_MIGRATION)
 
 
 def complete_incoming(host: Host, instance: str, volume_id: str) -> bool:
