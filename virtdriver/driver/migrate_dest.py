@@ -135,6 +135,9 @@ def complete_incoming(host: Host, instance: str, volume_id: str) -> bool:
     check_instance(instance)
     with host.lock([volume_id], [], "complete an incoming migration"):
         here = [s for s in host.states() if s.is_instance(instance) and s.active]
+        if here and incoming(here[0]):
+            raise MigrationRefused(f"guest {instance} has not arrived yet: its incoming "
+                                   "migration has not ended")
         if not here:
             raise MigrationRefused(f"guest {instance} does not run on this host: it has not "
                                    "arrived; if its migration failed, undo the preparation with "
