@@ -1,9 +1,9 @@
 """Live migration commands of the ``virtdriver`` CLI (thin over the driver's migration steps).
 
-``migrate`` does all of it from one host operator's shell; the three steps are there for a
-compute service (or an operator cleaning up) that drives libvirt's migration itself:
-``migrate-prepare`` and ``migrate-abort`` run against the destination (``-c DEST_URI``),
-``migrate-finish`` against the source.
+``migrate`` does all of it from one host operator's shell; the steps are there for a compute
+service (or an operator cleaning up) that drives libvirt's migration itself:
+``migrate-prepare``, ``migrate-complete`` and ``migrate-abort`` run against the destination
+(``-c DEST_URI``), ``migrate-finish`` against the source. See docs/migration.md.
 """
 
 from __future__ import annotations
@@ -13,21 +13,32 @@ from typing import Any
 
 
 def _migrate(args: argparse.Namespace) -> int:
+    import sys
+
     from virtdriver.cli_host import driver_for
     from virtdriver.cli_io import read_volume
+    from virtdriver.cli_progress import JobProgress
     from virtdriver.driver import LibvirtVolumeDriver
+    from virtdriver.driver.interrupts import Interrupts
 
     infos = [read_volume(path)[0] for path in args.volume]
-    source = driver_for(args)
-    destination = LibvirtVolumeDriver(args.to, options=_dest_options(source, args))
-    from virtdriver.cli_progress import JobProgress  # progress hook (#28): a bar on a terminal
-
-    with JobProgress(f"migrating {args.domain}") as progress:
+    # A bar on a terminal (#28); interrupts are the migration's own (held back, below).
+    progress = JobProgress(f"migrating {args.domain}")
+    # Held back until this command ends: where the guest is decides the outcome, not the moment.
+    with Interrupts() as interrupts:
+        interrupts.ignore_after()  # the outcome is decided inside; the exit status reports it
+        source = driver_for(args)
+        destination = LibvirtVolumeDriver(args.to, options=_dest_options(source, args))
         kept = source.migrate(args.domain, destination, infos, uri=args.migration_uri,
+                              peer_to_peer=args.p2p, interrupts=interrupts,
                               progress=progress)
-    print(f"Guest {args.domain} migrated to {args.to}")
-    for vid in kept:
-        print(f"Volume {vid} stays connected on this host: other guests here still use it")
+        progress.close()
+        print(f"Guest {args.domain} migrated to {args.to}")
+        for vid in kept:
+            print(f"Volume {vid} stays connected on this host: other guests here still use it")
+        if interrupts.received is not None:
+            print(f"virtdriver: {interrupts.name} came after the guest had moved: the migration "
+                  "was completed", file=sys.stderr)
     return 0
 
 
@@ -51,12 +62,23 @@ def _prepare(args: argparse.Namespace) -> int:
 def _finish(args: argparse.Namespace) -> int:
     from virtdriver.cli_host import driver_for
 
-    users = driver_for(args).finish_outgoing(args.domain, args.volume_id)
+    users = driver_for(args).finish_outgoing(args.domain, args.volume_id,
+                                             leftover_definition=args.leftover_definition)
     if users:
         print(f"Volume {args.volume_id} stays connected: still used by {', '.join(users)}")
     else:
         print(f"No guest on this host uses volume {args.volume_id} any more; its host "
               "connection (if it had one) is released")
+    return 0
+
+
+def _complete(args: argparse.Namespace) -> int:
+    from virtdriver.cli_host import driver_for
+
+    if driver_for(args).complete_incoming(args.domain, args.volume_id):
+        print(f"Guest {args.domain} arrived: volume {args.volume_id} is its own disk here now")
+    else:
+        print(f"Volume {args.volume_id} has no arrival of {args.domain} to complete")
     return 0
 
 
@@ -88,7 +110,11 @@ def add_migration_commands(sub: Any) -> None:
     p.add_argument("--dest-mount-base", metavar="DIR", help="the destination's mount base")
     p.add_argument("--migration-uri", metavar="URI",
                    help="where QEMU sends the migration stream (e.g. tcp://10.0.0.2:49152)")
+    p.add_argument("--p2p", action="store_true",
+                   help="peer to peer: this host's libvirtd opens --to itself and drives the "
+                        "migration (the URI must work from that daemon)")
     add_host_options(p)
+    add_lock_timeout(p)
     p.set_defaults(func=_migrate)
 
     p = sub.add_parser("migrate-prepare", help="on the destination: connect a volume for a "
@@ -97,14 +123,21 @@ def add_migration_commands(sub: Any) -> None:
     p.add_argument("domain", metavar="DOMAIN", help="the arriving guest's UUID (or name)")
     add_attach_mode(p)
     add_host_options(p)
+    add_lock_timeout(p)
     p.set_defaults(func=_prepare)
 
     for name, func, where in (("migrate-finish", _finish, "on the source, after the guest "
                                "left: release a volume unless another guest here uses it"),
+                              ("migrate-complete", _complete, "on the destination, once the "
+                               "guest arrived: forget its arrival (the end of migrate-prepare)"),
                               ("migrate-abort", _abort, "on the destination, after a failed "
                                "migration: undo migrate-prepare")):
-        p = sub.add_parser(name, help=where)
+        p = sub.add_parser(name, help=where, description=where[0].upper() + where[1:] + ".")
         p.add_argument("domain", metavar="DOMAIN", help="the guest's UUID (or name)")
         p.add_argument("volume_id", metavar="VOLUME_ID")
+        if func is _finish:
+            p.add_argument("--leftover-definition", action="store_true",
+                           help="the guest left by live migration and only its (shut off) "
+                                "definition stayed here: do not count it")
         add_lock_timeout(p)
         p.set_defaults(func=func)

@@ -195,6 +195,11 @@ class DetachFailed(HypervisorError):
     """The guest or libvirt refused the detach."""
 
 
+class GuestLeft(DetachFailed):
+    """The guest left this host by live migration while the operation waited: nothing was
+    detached (its devices went along to the other host)."""
+
+
 class DetachTimeout(OperationTimeout, DetachFailed):
     """libvirt did not confirm the device removal in time."""
 

@@ -26,6 +26,7 @@ from virtdriver.driver import extend as extend_steps
 from virtdriver.driver import migrate as migrate_steps
 from virtdriver.driver import swap as swap_steps
 from virtdriver.driver.host import Host
+from virtdriver.driver.interrupts import Interrupts
 from virtdriver.driver.options import DEFAULT_STATE_DIR, HostOptions, check_timeout
 from virtdriver.errors import InvalidRequest
 from virtdriver.hypervisor import brick
@@ -250,28 +251,44 @@ class LibvirtVolumeDriver:
         check_requested_volume_id(volume_id)
         return migrate_steps.abort_incoming(self.hosting, instance, volume_id)
 
-    def finish_outgoing(self, instance: str, volume_id: str) -> list[str]:
-        """On the source, once ``instance`` left: release the volume's host side unless another
-        guest here uses it; returns the guests that still do."""
+    def complete_incoming(self, instance: str, volume_id: str) -> bool:
+        """On the destination, once ``instance`` arrived (a migration the caller drove): forget
+        its arrival, so that it never counts as a user here again once it has left."""
         check_instance(instance)
         check_requested_volume_id(volume_id)
-        return migrate_steps.finish_outgoing(self.hosting, instance, volume_id)
+        return migrate_steps.complete_incoming(self.hosting, instance, volume_id)
+
+    def finish_outgoing(self, instance: str, volume_id: str, *,
+                        leftover_definition: bool = False) -> list[str]:
+        """On the source, once ``instance`` left: release the volume's host side unless another
+        guest here uses it; returns the guests that still do. A guest shut off here has not
+        left, unless ``leftover_definition`` says only its definition stayed behind."""
+        check_instance(instance)
+        check_requested_volume_id(volume_id)
+        arguments.flag(leftover_definition, "leftover_definition")
+        return migrate_steps.finish_outgoing(self.hosting, instance, volume_id,
+                                             leftover_definition=leftover_definition)
 
     def migrate(self, instance: str, destination: LibvirtVolumeDriver,
                 connection_infos: Sequence[Mapping[str, Any]], *,
-                uri: str | None = None,
+                uri: str | None = None, peer_to_peer: bool = False,
+                interrupts: Interrupts | None = None,
                 progress: Callable[[int, int], None] | None = None) -> list[str]:
-        """Live-migrate ``instance`` and its volumes to ``destination`` (all three steps around
+        """Live-migrate ``instance`` and its volumes to ``destination`` (all the steps around
         libvirt's migration); returns the volumes this host keeps connected for other guests.
         ``progress(processed, total)`` hears how far it is, in bytes; whatever it raises aborts
-        the migration (undone on both hosts as any failed one)."""
+        the migration (undone on both hosts as any failed one). See
+        :func:`virtdriver.driver.migrate.migrate` and docs/migration.md."""
         check_instance(instance)
         arguments.instance_of(destination, LibvirtVolumeDriver, "destination",
                               "a LibvirtVolumeDriver")
         arguments.mappings(connection_infos, "connection_infos")
         arguments.text(uri, "uri", optional=True)
+        arguments.flag(peer_to_peer, "peer_to_peer")
+        arguments.function(progress, "progress", optional=True)
         return migrate_steps.migrate(self.hosting, destination.hosting, instance,
-                                     connection_infos, uri=uri, progress=progress)
+                                     connection_infos, uri=uri, peer_to_peer=peer_to_peer,
+                                     interrupts=interrupts, progress=progress)
 
     def close(self) -> None:
         self.hosting.close()

@@ -18,7 +18,9 @@ from virtdriver.errors import (
     DamagedRecord,
     DetachFailed,
     DetachTimeout,
+    GuestLeft,
     HypervisorError,
+    InstanceNotFound,
     NotAttached,
     VirtDriverError,
     VolumeInUse,
@@ -27,6 +29,7 @@ from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.metadata import set_note
 from virtdriver.hypervisor.usage import DiskUse, DomainState
 from virtdriver.policy.identity import check_requested_volume_id, volume_of_alias
+from virtdriver.policy.migration import ARRIVING
 from virtdriver.policy.sharing import still_used
 
 LOG = logging.getLogger("virtdriver.driver")
@@ -40,7 +43,8 @@ def detach(host: Host, instance: str, volume_id: str, timeout: float,
     check_requested_volume_id(volume_id)
     dom = host.connection.domain(instance)
     with host.lock([volume_id], [], "detach"):
-        state = host.state(dom)
+        state = _read_guest(host, dom, instance, volume_id)
+        host.forget_arrivals(volume_id, guest=state)  # it is here: not arriving any more
         mine = [u for u in state.disks if u.volume == volume_id]
         if not mine:
             raise NotAttached(not_attached_message(volume_id, state))
@@ -63,6 +67,23 @@ def detach(host: Host, instance: str, volume_id: str, timeout: float,
             if users:
                 LOG.info("volume %s stays connected on this host: still used by %s", volume_id,
                          ", ".join(users))
+
+
+def _read_guest(host: Host, dom: libvirt.virDomain, instance: str,
+                volume_id: str) -> DomainState:
+    """The guest, read under the volume's lock; a guest that is gone meanwhile (a migration
+    held the lock, or it was destroyed) is said to be gone, and how, never detached."""
+    if exists(dom):
+        return host.state(dom)
+    if host.connection.events.left_by_migration(dom.UUIDString()):
+        raise GuestLeft(left_message(dom.name(), volume_id))
+    raise InstanceNotFound(f"guest {instance} is no longer on this host; volume {volume_id} "
+                           "was not detached")
+
+
+def left_message(guest: str, volume_id: str) -> str:
+    return (f"guest {guest} left this host by live migration while the detach waited: volume "
+            f"{volume_id} was not detached (it went along; detach it on the guest's new host)")
 
 
 def not_attached_message(volume_id: str, state: DomainState) -> str:
@@ -101,14 +122,21 @@ def detach_live(host: Host, dom: libvirt.virDomain, disk: Disk, alias: str,
         try:
             dom.detachDeviceFlags(disk.to_xml(), libvirt.VIR_DOMAIN_AFFECT_LIVE)
         except libvirt.libvirtError as exc:
-            if exc.get_error_code() == libvirt.VIR_ERR_DEVICE_MISSING or not running(dom):
-                return  # already gone (with the guest itself, if it was stopped meanwhile)
-            if (MONITOR_CLOSED in libvirt_message(exc)
-                    and removals.wait(uuid, alias, timeout) is not None):
-                return  # the guest was being destroyed: its stop event ended the wait
+            if exc.get_error_code() == libvirt.VIR_ERR_DEVICE_MISSING:
+                return  # already gone
+            if not running(dom) or MONITOR_CLOSED in libvirt_message(exc):
+                # The guest stopped meanwhile: its stop event (which says how) ends the wait.
+                ended = removals.stop_detail(uuid) is not None or removals.wait(
+                    uuid, alias, timeout) is not None
+                if removals.left_by_migration(uuid):
+                    raise GuestLeft(left_message(dom.name(), volume)) from None
+                if ended or not running(dom):
+                    return  # it went with the guest
             raise DetachFailed(f"libvirt refused to detach {volume} from {dom.name()}",
                                libvirt_message(exc)) from None
         result = removals.wait(uuid, alias, timeout)
+        if removals.left_by_migration(uuid):
+            raise GuestLeft(left_message(dom.name(), volume))
     finally:
         removals.forget(uuid, alias)
     if result is False:
@@ -149,6 +177,12 @@ def release(host: Host, volume_id: str) -> bool:
     check_requested_volume_id(volume_id)
     with host.lock([volume_id], [], "release"):
         users = still_used(volume_id, None, host.uses())
+        waiting = [u.removesuffix(ARRIVING) for u in users if u.endswith(ARRIVING)]
+        if users and len(waiting) == len(users):
+            raise VolumeInUse(f"volume {volume_id} is prepared for {', '.join(waiting)}, arriving "
+                              "by live migration; if that migration failed, or the guest came "
+                              f"and went, undo it with 'virtdriver migrate-abort {waiting[0]} "
+                              f"{volume_id}'")
         if users:
             raise VolumeInUse(f"volume {volume_id} is still used by {', '.join(users)} on this "
                               "host; detach it there instead")

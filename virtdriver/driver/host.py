@@ -15,7 +15,7 @@ from typing import Any
 
 import libvirt
 
-from virtdriver.errors import HypervisorError, VirtDriverError
+from virtdriver.errors import HypervisorError, LockTimeout, VirtDriverError
 from virtdriver.hypervisor import apparmor
 from virtdriver.hypervisor.connection import Connection, libvirt_message
 from virtdriver.hypervisor.dataid import DataIdentity, identity_token
@@ -23,7 +23,7 @@ from virtdriver.hypervisor.hostconn import HostConnections
 from virtdriver.hypervisor.locks import locks
 from virtdriver.hypervisor.usage import DomainState, host_state
 from virtdriver.policy import check_label_policy
-from virtdriver.policy.migration import still_arriving
+from virtdriver.policy.migration import Arrival, still_arriving
 from virtdriver.policy.sharing import Use, still_used
 from virtdriver.driver.options import HostOptions
 from virtdriver.driver.request import VolumeRequest
@@ -110,8 +110,43 @@ class Host:
             [(state.name, state.uuid) for state in states])
 
     def arriving(self, present: list[tuple[str, str]]) -> list[Use]:
-        """The disks of guests prepared here for live migration that have not arrived yet."""
-        return [a.as_use() for a in still_arriving(self.records.arrivals(), present)]
+        """The disks of guests prepared here for live migration that have not arrived yet.
+
+        A guest seen here has arrived: its note is removed (when its volume's lock is free), so
+        that it never counts again once the guest has left."""
+        arrivals = self.records.arrivals()
+        waiting = still_arriving(arrivals, present)
+        arrived = [a for a in arrivals if a not in waiting and a.token is not None]
+        for vid in sorted({a.volume for a in arrived}):
+            try:
+                with locks(self.options.lock_dir, [vid], [], operation="note an arrival",
+                           timeout=0):
+                    self.forget_arrivals(vid, tokens={a.token for a in arrived})
+            except (LockTimeout, VirtDriverError) as exc:  # busy: its holder settles it
+                LOG.debug("arrival notes of volume %s left for later: %s", vid, exc)
+        return [a.as_use() for a in waiting]
+
+    def forget_arrivals(self, vid: str, *, guest: DomainState | str | None = None,
+                        tokens: set[str | None] | None = None) -> list[Arrival]:
+        """Remove the volume's arrival notes of ``guest`` (a guest here, or the instance as
+        prepared) or with one of ``tokens``; the caller holds the volume's lock."""
+        record = self.records.load(vid)
+        if record is None or not record.arriving:
+            return []
+        notes = [Arrival.from_json(raw) for raw in record.arriving]
+
+        def matches(note: Arrival) -> bool:
+            if tokens is not None and note.token in tokens:
+                return True
+            if isinstance(guest, DomainState):
+                return note.is_guest(guest.name, guest.uuid)
+            return guest is not None and note.is_guest(guest, guest)
+
+        gone = [n for n in notes if matches(n)]
+        if gone:
+            record.arriving = [n.to_json() for n in notes if not matches(n)]
+            self.records.save(vid, record)
+        return gone
 
     def state(self, dom: libvirt.virDomain) -> DomainState:
         try:

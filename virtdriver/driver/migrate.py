@@ -1,238 +1,127 @@
 """Live migration as steps on the two hosts, with the safety of attach and detach.
 
-On the destination, :func:`prepare_incoming` connects a volume before the guest arrives (under the
-volume's and its data's locks, refused by the sharing rules like an attach, rolled back on any
-failure) and records the guest as *arriving*, so that the volume counts as used there until the
-guest is; :func:`incoming_xml` rewrites the guest's ``<disk>`` elements for the destination
-(source, secrets and labels of that host; attach mode, ``<shareable/>``, cache, alias, target and
-address kept); :func:`abort_incoming` undoes a prepare when the migration failed. On the source,
-:func:`finish_outgoing` releases the host side once the guest has left, unless another guest there
-still uses the volume. :func:`migrate` drives all of it around libvirt's ``migrate3``.
+The steps of each host are in :mod:`~virtdriver.driver.migrate_dest` (prepare, render, complete,
+abort) and :mod:`~virtdriver.driver.migrate_source` (finish). :func:`migrate` drives all of them
+around libvirt's ``migrate3``:
+
+1. under the source's locks of every volume of the guest and of the guest itself (a detach or an
+   attach of that guest waits until the migration has ended), it checks the guest may leave and
+   that each disk would arrive as it left -- before anything moves;
+2. prepares each volume on the destination and renders the guest's XML for it;
+3. runs libvirt's migration in a worker thread while interrupts are held back (an interrupt asks
+   libvirt to cancel the job);
+4. settles by where the guest is (:func:`virtdriver.policy.migration.guest_location`): moved --
+   the source releases what no other guest uses, the destination forgets the arrival; stayed --
+   the destination's preparation is undone; unknown -- both are left for an operator, told what
+   to run on which host.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
+import shlex
+import signal
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import libvirt
-from lxml import etree
 
 from virtdriver.config import Disk
 from virtdriver.config.reader import parse_xml
 from virtdriver.driver.host import Host
-from virtdriver.driver.request import VolumeRequest
-from virtdriver.errors import HostConnectFailed, MigrationFailed, MigrationRefused, VirtDriverError
-from virtdriver.hypervisor.connection import libvirt_message
-from virtdriver.hypervisor.dataid import data_identity
-from virtdriver.hypervisor.hostconn import HostRecord
-from virtdriver.hypervisor.jobwatch import watching
-from virtdriver.hypervisor.usage import DomainState
-from virtdriver.policy import check_attach_mode
-from virtdriver.policy.identity import (
-    alias_for,
-    check_instance,
-    check_requested_volume_id,
-    volume_of_alias,
+from virtdriver.driver.interrupts import SIGNALS, Interrupted, Interrupts
+from virtdriver.driver.migrate_dest import (
+    abort_incoming,
+    arriving_disk,
+    complete_incoming,
+    incoming_xml,
+    prepare_incoming,
+    volume_disks,
 )
-from virtdriver.policy.migration import Arrival, refuse_leaving, refuse_unprepared
-from virtdriver.policy.sharing import refuse_attach, users_of
-from virtdriver.render import build_disk
+from virtdriver.driver.migrate_source import finish_locked, finish_outgoing, leaving_volumes
+from virtdriver.driver.request import VolumeRequest
+from virtdriver.errors import (
+    HypervisorError,
+    InvalidRequest,
+    MigrationFailed,
+    MigrationRefused,
+    VirtDriverError,
+)
+from virtdriver.hypervisor.connection import libvirt_message
+from virtdriver.hypervisor.jobwatch import watching
+from virtdriver.hypervisor.locks import guest_lock
+from virtdriver.hypervisor.usage import DomainState
+from virtdriver.policy.migration import MOVED, STAYED, guest_location, refuse_unprepared
 
+__all__ = ["abort_incoming", "complete_incoming", "finish_outgoing", "incoming_xml", "migrate",
+           "prepare_incoming"]
 LOG = logging.getLogger("virtdriver.driver")
-
-
-# ---- the destination ------------------------------------------------------------------------
-
-
-def prepare_incoming(host: Host, connection_info: Mapping[str, Any], instance: str,
-                     attach_mode: str) -> None:
-    """Connect the volume on this (the destination) host for ``instance``, which will arrive by
-    live migration; the guest counts as a user of the volume here from now on."""
-    mode = check_attach_mode(attach_mode)
-    check_instance(instance)
-    request = VolumeRequest.parse(connection_info, host.options.render_options())
-    if request.protocol is not None:
-        probe = request.driver.host_probe()
-        if probe is not None and not probe[0]:  # what doctor checks, before connecting anything
-            raise HostConnectFailed(f"this host cannot open volume {request.vid} "
-                                    f"({request.info.get('driver_volume_type')}): {probe[1]}")
-    with host.lock([request.vid], request.lock_data(), "prepare an incoming migration"):
-        states = host.states()
-        if any(s.is_instance(instance) for s in states):
-            raise MigrationRefused(f"guest {instance} is already on this host; it cannot arrive "
-                                   "by migration")
-        uses = [u for s in states for u in s.uses()]
-        uses += host.arriving([(s.name, s.uuid) for s in states])
-        uses = [u for u in uses if u.guest_uuid != instance]  # a repeated prepare replaces itself
-        known = request.data_before_connect()
-        data = known if known is not None and known[0] != "key" else None
-        refuse_attach(request.vid, data, request.multiattach, instance, instance, uses)
-        used_before = users_of(request.vid, data, uses)
-        host.check_record(request.vid)
-        try:
-            host.connect(request)
-            disk = build_disk(request.info, attach_mode=mode, alias=alias_for(request.vid, set()),
-                              **host.render_kwargs())
-            refuse_attach(request.vid, data_identity(disk), request.multiattach, instance,
-                          instance, uses)
-            _check_opens(request.vid, disk)
-            arrival = Arrival(instance, request.vid, data_identity(disk), disk.shareable,
-                              disk.readonly)
-            record = host.records.load(request.vid) or HostRecord()
-            record.arriving = [a for a in record.arriving if a.get("guest") != instance]
-            record.arriving.append(arrival.to_json())
-            host.records.save(request.vid, record)
-        except BaseException:
-            host.drop_after_failure(request, used_before)
-            raise
-    LOG.info("volume %s is connected for guest %s, arriving by live migration", request.vid,
-             instance)
-
-
-def abort_incoming(host: Host, instance: str, volume_id: str) -> bool:
-    """Undo :func:`prepare_incoming` after a failed migration: forget the arrival and release
-    the host side unless a guest here uses the volume. ``False`` when nothing was prepared."""
-    check_requested_volume_id(volume_id)
-    check_instance(instance)
-    with host.lock([volume_id], [], "abort an incoming migration"):
-        states = host.states()
-        if any(s.is_instance(instance) for s in states if s.active):
-            raise MigrationRefused(f"guest {instance} runs on this host: the migration did not "
-                                   f"fail; detach volume {volume_id} instead")
-        record = host.records.load(volume_id)
-        mine = [a for a in (record.arriving if record else []) if a.get("guest") == instance]
-        if record is None or not mine:
-            return False
-        record.arriving = [a for a in record.arriving if a.get("guest") != instance]
-        host.records.save(volume_id, record)
-        data = Arrival.from_json(mine[0]).data
-        with host.data_locked(data, f"volume {volume_id}", "abort an incoming migration"):
-            users = host.release_unless_used(volume_id, data)
-    if users:
-        LOG.info("volume %s stays connected on this host: still used by %s", volume_id,
-                 ", ".join(users))
-    return True
-
-
-def incoming_xml(host: Host, domain_xml: str,
-                 connection_infos: Sequence[Mapping[str, Any]]) -> str:
-    """The guest's domain XML with each virtdriver disk rendered for this (the destination) host.
-
-    Every volume the guest has must have been prepared here for it; the attach mode is the one
-    prepared, and must be the one the guest has now.
-    """
-    root = parse_xml(domain_xml)  # the model's safe parser: no entities, no network
-    guest = root.findtext("name") or "?"
-    uuid = root.findtext("uuid") or ""
-    requests = {}
-    for info in connection_infos:
-        request = VolumeRequest.parse(info, host.options.render_options())
-        requests[request.vid] = request
-    found = [(el, volume_of_alias(el.find("alias").get("name")))
-             for el in root.iterfind("devices/disk") if el.find("alias") is not None]
-    found = [(el, vid) for el, vid in found if vid is not None]
-    refuse_unprepared(guest, [vid for _, vid in found], requests)
-    for element, vid in found:
-        disk = _rendered(host, requests[vid], Disk.from_element(element, strict=False), guest,
-                         uuid)
-        new = etree.fromstring(disk.to_xml().encode())
-        new.tail = element.tail
-        element.getparent().replace(element, new)
-    return etree.tostring(root, encoding="unicode")
-
-
-def _rendered(host: Host, request: VolumeRequest, old: Disk, guest: str, uuid: str) -> Disk:
-    arrival = _arrival(host, request.vid, guest, uuid)
-    mode = "ro" if arrival.readonly else "rw"
-    if old.readonly != arrival.readonly:
-        raise MigrationRefused(f"volume {request.vid} was prepared {mode} on the destination but "
-                               f"guest {guest} has it {'ro' if old.readonly else 'rw'}")
-    record = host.records.load(request.vid)
-    if request.protocol is not None and record is not None and record.device_info.get("path"):
-        request.data["device_path"] = record.device_info["path"]  # as this host connected it
-    target = old.target
-    unit = old.address.unit if old.address is not None and old.address.type == "drive" else None
-    disk = build_disk(request.info, attach_mode=mode, target_dev=target.dev if target else "vdb",
-                      bus=(target.bus if target and target.bus else "virtio"),
-                      device=old.device or "disk",
-                      scsi_unit=int(unit) if unit is not None else None,
-                      alias=old.alias.name if old.alias else None,
-                      **host.render_kwargs())
-    return dataclasses.replace(disk, address=old.address, boot=old.boot,
-                               encryption=old.encryption or disk.encryption)
-
-
-def _arrival(host: Host, vid: str, guest: str, uuid: str) -> Arrival:
-    record = host.records.load(vid)
-    for raw in record.arriving if record else []:
-        arrival = Arrival.from_json(raw)
-        if arrival.is_guest(guest, uuid):
-            return arrival
-    refuse_unprepared(guest, [vid], [])
-    raise AssertionError("unreachable")  # refuse_unprepared raised
-
-
-def _check_opens(vid: str, disk: Disk) -> None:
-    """The doctor-style check that the host connection really gives a path this host opens."""
-    path = disk.source.dev or disk.source.file if disk.source is not None else None
-    if not path:
-        return  # a network disk: QEMU connects by itself
-    try:
-        with open(path, "rb") as opened:
-            opened.read(0)
-    except OSError as exc:
-        raise HostConnectFailed(f"this host cannot open volume {vid} at {path}: "
-                                f"{exc.strerror or exc}") from None
-
-
-# ---- the source -----------------------------------------------------------------------------
-
-
-def finish_outgoing(host: Host, instance: str, volume_id: str) -> list[str]:
-    """After ``instance`` left this (the source) host: release the volume's host side unless
-    another guest here uses it. Returns the guests that still do (then nothing is released)."""
-    check_requested_volume_id(volume_id)
-    with host.lock([volume_id], [], "finish an outgoing migration"):
-        states = host.states()
-        if any(s.is_instance(instance) and s.active for s in states):
-            raise MigrationRefused(f"guest {instance} still runs on this host: the migration "
-                                   "has not finished, so its volumes stay connected")
-        gone = next((s.uuid for s in states if s.is_instance(instance)), None)
-        data = next((u.data for s in states for u in s.disks if u.volume == volume_id), None)
-        with host.data_locked(data, f"volume {volume_id}", "finish an outgoing migration"):
-            users = host.release_unless_used(volume_id, data, gone=gone)
-    if users:
-        LOG.info("volume %s stays connected on this host: still used by %s", volume_id,
-                 ", ".join(users))
-    return users
-
-
-def leaving_volumes(state: DomainState) -> dict[str, str]:
-    """The volumes a guest takes along, with their attach modes; refused if one is unsafe."""
-    live = [u for u in state.disks if u.live == state.active]
-    refuse_leaving(state.name, [u.as_use() for u in live])
-    return {u.volume: ("ro" if u.disk.readonly else "rw") for u in live if u.volume}
-
-
-# ---- both -----------------------------------------------------------------------------------
+XML_FLAGS = libvirt.VIR_DOMAIN_XML_MIGRATABLE | libvirt.VIR_DOMAIN_XML_SECURE
 
 
 def migrate(source: Host, destination: Host, instance: str,
             connection_infos: Sequence[Mapping[str, Any]], *, uri: str | None = None,
-            flags: int = 0, progress: Callable[[int, int], None] | None = None) -> list[str]:
+            flags: int = 0, peer_to_peer: bool = False,
+            interrupts: Interrupts | None = None,
+            progress: Callable[[int, int], None] | None = None) -> list[str]:
     """Live-migrate ``instance`` from ``source`` to ``destination`` with its volumes.
 
     ``connection_infos`` are the volumes' connection info *for the destination*. Returns the
-    volumes whose host side the source kept (another guest there still uses them). A failure
-    leaves both hosts as they were: the guest runs on the source, the destination released
-    what was prepared. ``progress(processed, total)`` hears how far libvirt's migration is, in
-    bytes (:func:`virtdriver.hypervisor.jobwatch.watching`); whatever it raises aborts it.
+    volumes whose host side the source kept (another guest there still uses them). When the
+    guest stays on the source (refused, libvirt failed, interrupted), the destination released
+    what was prepared -- or the error says which host still holds it and what to run there.
+    ``peer_to_peer``: the source's libvirtd drives the migration itself (it opens the
+    destination's URI). ``interrupts``: the caller's, to learn whether a signal came.
     """
+    if source.options.lock_dir.resolve() == destination.options.lock_dir.resolve():
+        raise InvalidRequest("the destination's state directory is the source's: each host "
+                             "keeps its own locks and records")
     dom = source.connection.domain(instance)
-    state = source.state(dom)
+    signals = interrupts or Interrupts()
+    with signals:
+        state = source.state(dom)
+        with _Locked(source, dom, state) as state:
+            return _migrate_locked(source, destination, dom, state, connection_infos,
+                                   uri, flags, peer_to_peer, signals)
+
+
+class _Locked:
+    """The source's locks of every volume of the guest, then of the guest itself; the guest
+    is read again under them (and the volumes locked again if that read found others)."""
+
+    def __init__(self, host: Host, dom: libvirt.virDomain, state: DomainState) -> None:
+        self.host, self.dom, self.state = host, dom, state
+        self.stack: list[Any] = []
+
+    def __enter__(self) -> DomainState:
+        for _ in range(3):
+            volumes = sorted({u.volume for u in self.state.disks if u.volume})
+            held = [self.host.lock(volumes, [], "migrate its guest to another host"),
+                    guest_lock(self.host.options.lock_dir, self.state.uuid,
+                               timeout=self.host.options.lock_timeout)]
+            try:
+                for lock in held:
+                    lock.__enter__()
+                    self.stack.append(lock)
+                self.state = self.host.state(self.dom)
+            except BaseException:
+                self.__exit__(None, None, None)
+                raise
+            if {u.volume for u in self.state.disks if u.volume} <= set(volumes):
+                return self.state
+            self.__exit__(None, None, None)
+        raise MigrationFailed(f"the volumes of guest {self.state.name} keep changing; try again")
+
+    def __exit__(self, *exc: Any) -> None:
+        while self.stack:
+            self.stack.pop().__exit__(None, None, None)
+
+
+def _migrate_locked(source: Host, destination: Host, dom: libvirt.virDomain,
+                    state: DomainState, connection_infos: Sequence[Mapping[str, Any]],
+                    uri: str | None, flags: int, peer_to_peer: bool,
+                    signals: Interrupts) -> list[str]:
     if not state.active:
         raise MigrationRefused(f"guest {state.name} is not running; live migration moves running "
                                "guests")
@@ -240,64 +129,185 @@ def migrate(source: Host, destination: Host, instance: str,
     requests = {VolumeRequest.parse(i, destination.options.render_options()).vid: i
                 for i in connection_infos}
     refuse_unprepared(state.name, modes, requests)
+    xmls = _domain_xml(dom, state)
+    _refuse_broken_promises(destination, state, xmls, requests, modes)
+    signals.check(f"nothing was moved; guest {state.name} runs on the source as before")
     prepared: list[str] = []
     try:
         for vid, mode in modes.items():
             prepare_incoming(destination, requests[vid], state.uuid, mode)
             prepared.append(vid)
-        params = _params(source, destination, dom, state, requests.values(), uri)
-        flags |= libvirt.VIR_MIGRATE_LIVE
-        if state.persistent:
-            flags |= libvirt.VIR_MIGRATE_PERSIST_DEST | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE
-        try:
-            with watching(dom, progress):  # progress hook (#28)
-                dom.migrate3(destination.connection.get(), params, flags)
-        except libvirt.libvirtError as exc:
-            raise MigrationFailed(f"libvirt could not migrate {state.name}; it still runs on the "
-                                  "source", libvirt_message(exc)) from None
-    except BaseException:
-        for vid in prepared:
-            try:
-                abort_incoming(destination, state.uuid, vid)
-            except VirtDriverError as exc:
-                LOG.error("could not undo the preparation of volume %s on the destination: %s",
-                          vid, exc)
+            signals.check(f"guest {state.name} was not moved")
+        params = _params(destination, xmls, requests.values(), uri)
+        signals.check(f"guest {state.name} was not moved")
+    except BaseException as exc:
+        left = _undo(destination, state, prepared)
+        if isinstance(exc, Interrupted):
+            raise Interrupted(f"{exc}; it still runs on the source{left}") from None
+        if left:
+            raise MigrationFailed(f"{exc}{left}") from exc
         raise
-    kept = []
-    for vid in modes:  # the guest has moved: what is left to tidy up cannot undo that
-        try:
-            if finish_outgoing(source, state.uuid, vid):
-                kept.append(vid)
-            _forget_arrival(destination, state.uuid, vid)  # its own disks count there now
-        except VirtDriverError as exc:
-            LOG.error("guest %s was migrated, but volume %s could not be tidied up (%s); "
-                      "'virtdriver audit' on each host shows what is left", state.name, vid, exc)
-    return kept
+    flags |= libvirt.VIR_MIGRATE_LIVE
+    if state.persistent:
+        flags |= libvirt.VIR_MIGRATE_PERSIST_DEST | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE
+    # progress(processed, total) hears libvirt's job statistics; what it raises aborts the job
+    with watching(dom, progress):
+        error = _run_libvirt(dom, destination, params, flags, peer_to_peer, signals)
+    where = MOVED if error is None else guest_location(False, *_runs_where(dom, destination,
+                                                                           state.uuid))
+    if where == MOVED:
+        if signals.received is not None:
+            LOG.warning("the interrupt (%s) came after guest %s had moved: the migration was "
+                        "completed", signals.name, state.name)
+        return _complete(source, destination, state, modes)
+    if where == STAYED:
+        left = _undo(destination, state, prepared) or "; the destination was left as it was"
+        if signals.received is not None:
+            raise Interrupted(f"{signals.name}: the migration was cancelled; guest {state.name} "
+                              f"still runs on the source{left}")
+        raise MigrationFailed(f"libvirt could not migrate {state.name}: {error}; it still runs "
+                              f"on the source{left}")
+    raise MigrationFailed(
+        f"libvirt could not migrate {state.name} ({error}) and it runs on neither host as far as "
+        "libvirt can tell: nothing was released or undone; once you know where it is, if it "
+        f"moved run on the source: {_commands(source, 'migrate-finish', state.uuid, list(modes))}"
+        f"; if not, run on the destination: "
+        f"{_commands(destination, 'migrate-abort', state.uuid, prepared)}")
 
 
-def _params(source: Host, destination: Host, dom: libvirt.virDomain, state: DomainState,
-            infos: Any, uri: str | None) -> dict[str, Any]:
-    flags = libvirt.VIR_DOMAIN_XML_MIGRATABLE | libvirt.VIR_DOMAIN_XML_SECURE
+def _domain_xml(dom: libvirt.virDomain, state: DomainState) -> list[str]:
+    """The guest's migratable XML: live, and the definition of a persistent guest."""
     try:
-        live = dom.XMLDesc(flags)
-        persistent = dom.XMLDesc(flags | libvirt.VIR_DOMAIN_XML_INACTIVE) if state.persistent \
-            else None
+        xmls = [dom.XMLDesc(XML_FLAGS)]
+        if state.persistent:
+            xmls.append(dom.XMLDesc(XML_FLAGS | libvirt.VIR_DOMAIN_XML_INACTIVE))
     except libvirt.libvirtError as exc:
         raise MigrationFailed(f"cannot read guest {state.name}", libvirt_message(exc)) from None
+    return xmls
+
+
+def _refuse_broken_promises(destination: Host, state: DomainState, xmls: list[str],
+                            requests: Mapping[str, Mapping[str, Any]],
+                            modes: Mapping[str, str]) -> None:
+    """Each disk rendered as the destination would (not connected yet) must arrive as it left."""
+    for xml in xmls:
+        for element, vid in volume_disks(parse_xml(xml)):
+            if vid not in modes:
+                continue
+            request = VolumeRequest.parse(requests[vid], destination.options.render_options())
+            arriving_disk(destination, request, Disk.from_element(element, strict=False),
+                          state.name, modes[vid], connected=False)
+
+
+def _params(destination: Host, xmls: list[str], infos: Any,
+            uri: str | None) -> dict[str, Any]:
     infos = list(infos)
     params: dict[str, Any] = {libvirt.VIR_MIGRATE_PARAM_DEST_XML:
-                              incoming_xml(destination, live, infos)}
-    if persistent is not None:
-        params[libvirt.VIR_MIGRATE_PARAM_PERSIST_XML] = incoming_xml(destination, persistent,
-                                                                     infos)
+                              incoming_xml(destination, xmls[0], infos)}
+    if len(xmls) > 1:
+        params[libvirt.VIR_MIGRATE_PARAM_PERSIST_XML] = incoming_xml(destination, xmls[1], infos)
     if uri:
         params[libvirt.VIR_MIGRATE_PARAM_URI] = uri
     return params
 
 
-def _forget_arrival(host: Host, instance: str, volume_id: str) -> None:
-    with host.lock([volume_id], [], "complete an incoming migration"):
-        record = host.records.load(volume_id)
-        if record is not None and any(a.get("guest") == instance for a in record.arriving):
-            record.arriving = [a for a in record.arriving if a.get("guest") != instance]
-            host.records.save(volume_id, record)
+def _run_libvirt(dom: libvirt.virDomain, destination: Host, params: dict[str, Any], flags: int,
+                 peer_to_peer: bool, signals: Interrupts) -> str | None:
+    """libvirt's migration in a worker thread, so that an interrupt is answered at once by asking
+    libvirt to cancel the job. ``None`` on success, else libvirt's words."""
+    outcome: dict[str, str] = {}
+
+    def run() -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)  # the main thread answers them
+        if signals.received is not None:
+            outcome["error"] = f"not started: {signals.name} came first"
+            return
+        try:
+            if peer_to_peer:
+                dom.migrateToURI3(destination.connection.uri, params,
+                                  flags | libvirt.VIR_MIGRATE_PEER2PEER)
+            else:
+                dom.migrate3(destination.connection.get(), params, flags)
+        except libvirt.libvirtError as exc:
+            outcome["error"] = libvirt_message(exc)
+        except Exception as exc:  # noqa: BLE001 - reported as the migration's failure
+            outcome["error"] = str(exc) or type(exc).__name__
+
+    worker = threading.Thread(target=run, name="virtdriver-migrate3", daemon=True)
+    with signals.answering(lambda: _cancel(dom)):
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.2)  # a signal wakes this (main) thread: answered at once
+    return outcome.get("error")
+
+
+def _cancel(dom: libvirt.virDomain) -> None:
+    try:
+        dom.abortJob()
+    except libvirt.libvirtError as exc:  # no job (not started, or over): libvirt's call decides
+        LOG.debug("cannot cancel the migration job: %s", libvirt_message(exc))
+
+
+def _runs_where(dom: libvirt.virDomain, destination: Host,
+                uuid: str) -> tuple[bool | None, bool | None]:
+    """Whether the guest runs on the source, on the destination (``None``: cannot tell)."""
+    return _asked(dom.isActive), _asked(
+        lambda: destination.connection.get().lookupByUUIDString(uuid).isActive())
+
+
+def _asked(question: Callable[[], int]) -> bool | None:
+    try:
+        return bool(question())
+    except libvirt.libvirtError as exc:
+        return False if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN else None
+    except HypervisorError:
+        return None
+
+
+def _undo(destination: Host, state: DomainState, prepared: list[str]) -> str:
+    """Undo the destination's preparations; what could not be undone, as the end of a message
+    (empty when everything was)."""
+    left = []
+    for vid in prepared:
+        try:
+            abort_incoming(destination, state.uuid, vid)
+        except VirtDriverError as exc:
+            LOG.debug("could not undo the preparation of volume %s: %s", vid, exc)
+            left.append(vid)
+    if not left:
+        return ""
+    return (f"; the destination {destination.connection.uri} still holds the preparation of "
+            f"volume{'s' if len(left) > 1 else ''} {', '.join(left)}: once it is reachable, run "
+            f"there: {_commands(destination, 'migrate-abort', state.uuid, left)}")
+
+
+def _complete(source: Host, destination: Host, state: DomainState,
+              modes: Mapping[str, str]) -> list[str]:
+    """The guest moved: each volume released on the source unless another guest there uses it
+    (its lock is held), the arrival forgotten on the destination. What fails is logged with the
+    command that finishes it: the guest has moved, nothing can undo that."""
+    kept = []
+    for vid in modes:
+        try:
+            if finish_locked(source, state.uuid, vid):
+                kept.append(vid)
+        except VirtDriverError as exc:
+            LOG.error("guest %s was migrated, but volume %s could not be released on the source "
+                      "(%s); run there: %s", state.name, vid, exc,
+                      _commands(source, "migrate-finish", state.uuid, [vid]))
+        try:
+            with destination.lock([vid], [], "complete an incoming migration"):
+                destination.forget_arrivals(vid, guest=state.uuid)
+        except VirtDriverError as exc:
+            LOG.error("guest %s was migrated, but its arrival note of volume %s stays on the "
+                      "destination (%s); run there: %s", state.name, vid, exc,
+                      _commands(destination, "migrate-complete", state.uuid, [vid]))
+    return kept
+
+
+def _commands(host: Host, verb: str, uuid: str, volumes: Sequence[str]) -> str:
+    """The exact command lines (shell syntax, ``;`` between them) that do ``verb`` for each
+    volume on ``host``."""
+    base = (f"virtdriver -c {shlex.quote(host.connection.uri)} --state-dir "
+            f"{shlex.quote(str(host.options.state_dir))} {verb} {uuid}")
+    return "; ".join(f"{base} {shlex.quote(vid)}" for vid in volumes) or "nothing"

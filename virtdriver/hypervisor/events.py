@@ -7,6 +7,7 @@ therefore called before any connection is opened.
 
 from __future__ import annotations
 
+import signal
 import threading
 from dataclasses import dataclass, field
 
@@ -29,6 +30,8 @@ def ensure_event_loop() -> None:
 
 
 def _run() -> None:
+    # Signals are handled by the main thread: leave them to it (so an interrupt wakes it at once).
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     while True:
         libvirt.virEventRunDefaultImpl()
 
@@ -40,6 +43,7 @@ class _Waiter:
 
 
 REMOVED, REMOVAL_FAILED = 1, 2
+MAX_STOPS = 256  # guests whose last stop is remembered
 
 
 class DomainEvents:
@@ -53,6 +57,18 @@ class DomainEvents:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._waiters: dict[tuple[str, str, str], _Waiter] = {}
+        self._stops: dict[str, int] = {}  # uuid -> detail of its last STOPPED event
+
+    def stop_detail(self, domain_uuid: str) -> int | None:
+        """How the guest last stopped (``VIR_DOMAIN_EVENT_STOPPED_*``) since it last started, as
+        far as this connection saw; ``None`` when it did not see it stop."""
+        with self._lock:
+            return self._stops.get(domain_uuid)
+
+    def left_by_migration(self, domain_uuid: str) -> bool:
+        """True when the guest stopped here because it moved to another host: a guest that left
+        is not a guest that stopped (its devices went along, they were not removed)."""
+        return self.stop_detail(domain_uuid) == libvirt.VIR_DOMAIN_EVENT_STOPPED_MIGRATED
 
     def register(self, conn: libvirt.virConnect) -> None:
         """Subscribe on ``conn`` (again after every reconnect)."""
@@ -128,11 +144,20 @@ class DomainEvents:
 
     def _lifecycle(self, conn: libvirt.virConnect, dom: libvirt.virDomain, event: int,
                    detail: int, opaque: object) -> None:
-        """A guest that stopped has no live devices and no block jobs left: wake its waiters."""
+        """A guest that stopped has no live devices and no block jobs left: wake its waiters (and
+        remember how it stopped: see :meth:`left_by_migration`)."""
+        uuid = dom.UUIDString()
+        if event == libvirt.VIR_DOMAIN_EVENT_STARTED:
+            with self._lock:
+                self._stops.pop(uuid, None)
         if event not in (libvirt.VIR_DOMAIN_EVENT_STOPPED, libvirt.VIR_DOMAIN_EVENT_UNDEFINED):
             return
-        uuid = dom.UUIDString()
         with self._lock:
+            if event == libvirt.VIR_DOMAIN_EVENT_STOPPED:
+                self._stops.pop(uuid, None)
+                self._stops[uuid] = detail
+                while len(self._stops) > MAX_STOPS:
+                    self._stops.pop(next(iter(self._stops)))
             keys = [key for key in self._waiters if key[0] == uuid]
         for key in keys:
             self._signal(key, REMOVED if key[1] == "device"

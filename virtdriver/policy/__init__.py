@@ -6,7 +6,10 @@
   non-multiattach volume, the same data under another id, swap from a multi-writer, fan-out),
   and the dangers ``audit`` reports;
 - :mod:`~virtdriver.policy.identity` — what a volume id may be and how it is carried in a
-  libvirt user alias.
+  libvirt user alias;
+- :mod:`~virtdriver.policy.migration` and :mod:`~virtdriver.policy.carryover` — live migration:
+  which disks may leave, an arriving guest as a user, where the guest is after libvirt's call,
+  and what a disk keeps or must agree on when it arrives.
 
 All are pure functions: they read what they are given and raise a
 :class:`~virtdriver.errors.PolicyRefusal` (or an :class:`~virtdriver.errors.InputError`) that says

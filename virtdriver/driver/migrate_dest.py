@@ -1,0 +1,228 @@
+"""Live migration on the destination: prepare a volume before the guest arrives, render the guest's
+disks for this host, and complete (the guest is here) or abort (it will not come) afterwards.
+
+:func:`prepare_incoming` connects a volume under the volume's and its data's locks, refused by the
+sharing rules like an attach and rolled back on any failure, and notes the guest as *arriving*:
+the volume counts as used here until the guest is. :func:`incoming_xml` renders each of the
+guest's volumes for this host; the disk must arrive as it left (:mod:`virtdriver.policy.carryover`).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid as uuidlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import libvirt
+from lxml import etree
+
+from virtdriver.config import Disk
+from virtdriver.config.reader import parse_xml
+from virtdriver.driver.host import Host
+from virtdriver.driver.request import VolumeRequest
+from virtdriver.errors import HostConnectFailed, MigrationRefused
+from virtdriver.hypervisor.dataid import data_identity
+from virtdriver.hypervisor.hostconn import HostRecord
+from virtdriver.hypervisor.usage import DomainState
+from virtdriver.policy import check_attach_mode
+from virtdriver.policy.carryover import carried_over, refuse_changed
+from virtdriver.policy.identity import (
+    alias_for,
+    check_instance,
+    check_requested_volume_id,
+    volume_of_alias,
+)
+from virtdriver.policy.migration import Arrival, refuse_arriving_over, refuse_unprepared
+from virtdriver.policy.sharing import refuse_attach, users_of
+from virtdriver.render import build_disk
+
+LOG = logging.getLogger("virtdriver.driver")
+#: Stands for a device path only the host connect will tell, where a disk is rendered to compare
+#: its promises before anything is connected (the source is never compared).
+NOT_CONNECTED = "/dev/virtdriver-not-connected-yet"
+
+
+def prepare_incoming(host: Host, connection_info: Mapping[str, Any], instance: str,
+                     attach_mode: str) -> None:
+    """Connect the volume on this (the destination) host for ``instance``, which will arrive by
+    live migration; the guest counts as a user of the volume here from now on."""
+    mode = check_attach_mode(attach_mode)
+    check_instance(instance)
+    request = VolumeRequest.parse(connection_info, host.options.render_options())
+    if request.protocol is not None:
+        probe = request.driver.host_probe()
+        if probe is not None and not probe[0]:  # what doctor checks, before connecting anything
+            raise HostConnectFailed(f"this host cannot open volume {request.vid} "
+                                    f"({request.info.get('driver_volume_type')}): {probe[1]}")
+    with host.lock([request.vid], request.lock_data(), "prepare an incoming migration"):
+        states = host.states()
+        here = [s for s in states if s.is_instance(instance)]
+        if here:
+            refuse_arriving_over(instance, any(s.active for s in here))
+        uses = [u for s in states for u in s.uses()]
+        uses += host.arriving([(s.name, s.uuid) for s in states])
+        uses = [u for u in uses if u.guest_uuid != instance]  # a repeated prepare replaces itself
+        known = request.data_before_connect()
+        data = known if known is not None and known[0] != "key" else None
+        refuse_attach(request.vid, data, request.multiattach, instance, instance, uses)
+        used_before = users_of(request.vid, data, uses)
+        host.check_record(request.vid)
+        try:
+            host.connect(request)
+            disk = build_disk(request.info, attach_mode=mode, alias=alias_for(request.vid, set()),
+                              **host.render_kwargs())
+            refuse_attach(request.vid, data_identity(disk), request.multiattach, instance,
+                          instance, uses)
+            _check_opens(request.vid, disk)
+            arrival = Arrival(instance, request.vid, data_identity(disk), disk.shareable,
+                              disk.readonly, uuidlib.uuid4().hex)
+            record = host.records.load(request.vid) or HostRecord()
+            record.arriving = [a for a in record.arriving
+                               if not Arrival.from_json(a).is_guest(instance, instance)]
+            record.arriving.append(arrival.to_json())
+            host.records.save(request.vid, record)
+        except BaseException:
+            host.drop_after_failure(request, used_before)
+            raise
+    LOG.info("volume %s is connected for guest %s, arriving by live migration", request.vid,
+             instance)
+
+
+def abort_incoming(host: Host, instance: str, volume_id: str) -> bool:
+    """Undo :func:`prepare_incoming` after a failed migration (or once a guest that arrived has
+    gone again): forget the arrival and release the host side unless a guest here uses the
+    volume. ``False`` when nothing was prepared or left to release."""
+    check_requested_volume_id(volume_id)
+    check_instance(instance)
+    with host.lock([volume_id], [], "abort an incoming migration"):
+        states = host.states()
+        here = [s for s in states if s.is_instance(instance) and s.active]
+        if here and incoming(here[0]):
+            raise MigrationRefused(f"guest {instance} is here, paused by an incoming migration "
+                                   "that has not ended: once libvirt ends it (or after 'virsh "
+                                   f"destroy {here[0].name}'), run migrate-abort again")
+        if here:
+            raise MigrationRefused(f"guest {instance} runs on this host: the migration did not "
+                                   f"fail; detach volume {volume_id} instead")
+        mine = host.forget_arrivals(volume_id, guest=instance)
+        record = host.records.load(volume_id)
+        if record is None:
+            return bool(mine)
+        data = mine[0].data if mine else None
+        with host.data_locked(data, f"volume {volume_id}", "abort an incoming migration"):
+            users = host.release_unless_used(volume_id, data)
+    if users:
+        LOG.info("volume %s stays connected on this host: still used by %s", volume_id,
+                 ", ".join(users))
+    return bool(mine) or not users
+
+
+def incoming(state: DomainState) -> bool:
+    """Whether the guest is still only the receiving end of a migration (paused for it)."""
+    try:
+        now, reason = state.dom.state()
+    except libvirt.libvirtError:
+        return False
+    return bool(now == libvirt.VIR_DOMAIN_PAUSED and reason == libvirt.VIR_DOMAIN_PAUSED_MIGRATION)
+
+
+def complete_incoming(host: Host, instance: str, volume_id: str) -> bool:
+    """Once ``instance`` runs here: forget its arrival note (its own disk counts from now on).
+    The step that ends a migration driven by the caller's own ``migrate3``. ``False`` when there
+    was no note (already completed)."""
+    check_requested_volume_id(volume_id)
+    check_instance(instance)
+    with host.lock([volume_id], [], "complete an incoming migration"):
+        here = [s for s in host.states() if s.is_instance(instance) and s.active]
+        if here and incoming(here[0]):
+            raise MigrationRefused(f"guest {instance} has not arrived yet: its incoming "
+                                   "migration has not ended")
+        if not here:
+            raise MigrationRefused(f"guest {instance} does not run on this host: it has not "
+                                   "arrived; if its migration failed, undo the preparation with "
+                                   f"'virtdriver migrate-abort {instance} {volume_id}'")
+        return bool(host.forget_arrivals(volume_id, guest=here[0])
+                    + host.forget_arrivals(volume_id, guest=instance))
+
+
+def incoming_xml(host: Host, domain_xml: str,
+                 connection_infos: Sequence[Mapping[str, Any]]) -> str:
+    """The guest's domain XML with each virtdriver disk rendered for this (the destination) host.
+
+    Every volume the guest has must have been prepared here for it; each disk must arrive as it
+    left (attach mode, sharing, cache, ... see :mod:`virtdriver.policy.carryover`).
+    """
+    root = parse_xml(domain_xml)  # the model's safe parser: no entities, no network
+    guest = root.findtext("name") or "?"
+    uuid = root.findtext("uuid") or ""
+    requests = {}
+    for info in connection_infos:
+        request = VolumeRequest.parse(info, host.options.render_options())
+        requests[request.vid] = request
+    found = volume_disks(root)
+    refuse_unprepared(guest, [vid for _, vid in found], requests)
+    for element, vid in found:
+        leaving = Disk.from_element(element, strict=False)
+        arrival = _arrival(host, vid, guest, uuid)
+        disk = arriving_disk(host, requests[vid], leaving, guest,
+                             "ro" if arrival.readonly else "rw", connected=True)
+        new = etree.fromstring(disk.to_xml().encode())
+        new.tail = element.tail
+        element.getparent().replace(element, new)
+    return etree.tostring(root, encoding="unicode")
+
+
+def volume_disks(root: etree._Element) -> list[tuple[etree._Element, str]]:
+    """The ``<disk>`` elements of a domain that are virtdriver volumes, with their volume ids."""
+    found = [(el, volume_of_alias(el.find("alias").get("name")))
+             for el in root.iterfind("devices/disk") if el.find("alias") is not None]
+    return [(el, vid) for el, vid in found if vid is not None]
+
+
+def arriving_disk(host: Host, request: VolumeRequest, leaving: Disk, guest: str, mode: str, *,
+                  connected: bool) -> Disk:
+    """The disk as it would arrive here: rendered from this host's ``connection_info``, what is
+    carried over taken from ``leaving``; refused when a promise would break. ``connected=False``
+    renders before the host connect (to refuse before anything moves)."""
+    info = dict(request.info, data=dict(request.data))
+    record = host.records.load(request.vid) if connected else None
+    if request.protocol is not None and record is not None and record.device_info.get("path"):
+        info["data"]["device_path"] = record.device_info["path"]  # as this host connected it
+    elif request.protocol is not None and not connected:
+        info["data"].setdefault("device_path", NOT_CONNECTED)
+    target = leaving.target
+    bus = target.bus if target and target.bus else "virtio"
+    unit = (leaving.address.unit if bus == "scsi" and leaving.address is not None
+            and leaving.address.type == "drive" else None)
+    rendered = build_disk(info, attach_mode=mode, target_dev=target.dev if target else "vdb",
+                          bus=bus, device=leaving.device or "disk",
+                          scsi_unit=int(unit) if unit is not None and unit.isdigit() else None,
+                          alias=leaving.alias.name if leaving.alias else None,
+                          **host.render_kwargs())
+    disk = carried_over(leaving, rendered)
+    refuse_changed(guest, request.vid, leaving, disk)
+    return disk
+
+
+def _arrival(host: Host, vid: str, guest: str, uuid: str) -> Arrival:
+    record = host.records.load(vid)
+    for raw in record.arriving if record else []:
+        arrival = Arrival.from_json(raw)
+        if arrival.is_guest(guest, uuid):
+            return arrival
+    refuse_unprepared(guest, [vid], [])
+    raise AssertionError("unreachable")  # refuse_unprepared raised
+
+
+def _check_opens(vid: str, disk: Disk) -> None:
+    """The doctor-style check that the host connection really gives a path this host opens."""
+    path = disk.source.dev or disk.source.file if disk.source is not None else None
+    if not path:
+        return  # a network disk: QEMU connects by itself
+    try:
+        with open(path, "rb") as opened:
+            opened.read(0)
+    except OSError as exc:
+        raise HostConnectFailed(f"this host cannot open volume {vid} at {path}: "
+                                f"{exc.strerror or exc}") from None
