@@ -114,7 +114,6 @@ def add_migration_commands(sub: Any) -> None:
                    help="peer to peer: this host's libvirtd opens --to itself and drives the "
                         "migration (the URI must work from that daemon)")
     add_host_options(p)
-    add_lock_timeout(p)
     p.set_defaults(func=_migrate)
 
     p = sub.add_parser("migrate-prepare", help="on the destination: connect a volume for a "
@@ -123,7 +122,6 @@ def add_migration_commands(sub: Any) -> None:
     p.add_argument("domain", metavar="DOMAIN", help="the arriving guest's UUID (or name)")
     add_attach_mode(p)
     add_host_options(p)
-    add_lock_timeout(p)
     p.set_defaults(func=_prepare)
 
     for name, func, where in (("migrate-finish", _finish, "on the source, after the guest "
