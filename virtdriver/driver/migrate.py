@@ -83,7 +83,7 @@ def migrate(source: Host, destination: Host, instance: str,
         state = source.state(dom)
         with _Locked(source, dom, state) as state:
             return _migrate_locked(source, destination, dom, state, connection_infos,
-                                   uri, flags, peer_to_peer, signals)
+                                   uri, flags, peer_to_peer, signals, progress)
 
 
 class _Locked:
@@ -121,7 +121,8 @@ class _Locked:
 def _migrate_locked(source: Host, destination: Host, dom: libvirt.virDomain,
                     state: DomainState, connection_infos: Sequence[Mapping[str, Any]],
                     uri: str | None, flags: int, peer_to_peer: bool,
-                    signals: Interrupts) -> list[str]:
+                    signals: Interrupts,
+                    progress: Callable[[int, int], None] | None = None) -> list[str]:
     if not state.active:
         raise MigrationRefused(f"guest {state.name} is not running; live migration moves running "
                                "guests")
