@@ -20,3 +20,18 @@ def test_a_share_connector_extends_with_its_mount_base_and_leaves_the_size_to_qe
 def test_local_extend_reports_the_device_size(tmp_path, loop_device) -> None:
     size = brick.extend("LOCAL", {"device_path": loop_device.device}, tmp_path / "state")
     assert size == 64 << 20
+
+
+def test_nvmeof_subsystems_and_their_controllers(tmp_path, monkeypatch) -> None:
+    """What the NVMe-oF connect undoes after a failure is found by subsystem NQN in sysfs
+    (the nested host's tests/lsm/test_kernel_nvmeof.py checks it against a real target)."""
+    props = {"target_nqn": "nqn.a", "portals": [["127.0.0.1", 4420, "tcp"]],
+             "volume_replicas": [{"target_nqn": "nqn.b"}, {"nqn": "nqn.c"}, "junk"]}
+    assert brick._nvme_subsystems(props) == {"nqn.a", "nqn.b", "nqn.c"}
+    assert brick._nvme_subsystems({"nqn": "nqn.old"}) == {"nqn.old"}
+    for name, nqn in (("nvme0", "nqn.a"), ("nvme1", "nqn.z"), ("nvme2", "nqn.c")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "subsysnqn").write_text(nqn + "\n")
+    (tmp_path / "nvme3").mkdir()  # no subsysnqn (going away): skipped
+    monkeypatch.setattr(brick, "NVME_FABRICS_CTL", tmp_path)
+    assert brick._nvme_controllers({"nqn.a", "nqn.c"}) == {"nvme0", "nvme2"}

@@ -147,12 +147,68 @@ def connector_properties(lock_dir: Path, *, my_ip: str = "127.0.0.1",
 def connect(protocol: str, properties: dict[str, Any], lock_dir: Path,
             **connector_options: Any) -> dict[str, Any]:
     """Connect the host side; returns os-brick's device info (``path`` among it)."""
+    if protocol == "NVMEOF":
+        return _connect_nvmeof(properties, lock_dir, **connector_options)
     try:
         return dict(connector_for(protocol, lock_dir, **connector_options)
                     .connect_volume(properties))
     except Exception as exc:
         raise HostConnectFailed(f"os-brick could not connect the {protocol} volume",
                                 _describe(exc)) from None
+
+
+NVME_FABRICS_CTL = Path("/sys/class/nvme-fabrics/ctl")
+
+
+def _nvme_subsystems(properties: dict[str, Any]) -> set[str]:
+    """The subsystem NQNs an NVMe-oF connection_info names (its replicas' too)."""
+    targets = [properties, *(properties.get("volume_replicas") or [])]
+    return {t.get("target_nqn") or t.get("nqn") for t in targets
+            if isinstance(t, dict) and (t.get("target_nqn") or t.get("nqn"))}
+
+
+def _nvme_controllers(nqns: set[str]) -> set[str]:
+    """Names (``nvme0``) of the fabrics controllers connected to any of ``nqns``."""
+    found = set()
+    for ctrl in NVME_FABRICS_CTL.glob("nvme*"):
+        try:
+            if (ctrl / "subsysnqn").read_text().strip() in nqns:
+                found.add(ctrl.name)
+        except OSError:
+            continue
+    return found
+
+
+def _connect_nvmeof(properties: dict[str, Any], lock_dir: Path,
+                    **connector_options: Any) -> dict[str, Any]:
+    """os-brick's NVMe-oF connect, undoing the controllers it made when it fails.
+
+    When the namespace is not found (a wrong uuid, a namespace not mapped to this host),
+    os-brick's own rollback keeps a controller whose subsystem has another namespace (it cannot
+    tell it made the controller), and its forced disconnect finds no device to start from: the
+    controller stayed connected. Controllers of the subsystem that appeared during this call are
+    ours; they are deleted. Connects of the same subsystem are serialized across virtdriver
+    processes, so no other attach can have started using such a controller meanwhile.
+    """
+    setup(lock_dir)  # imports os-brick and oslo the safe way first
+    from oslo_concurrency import lockutils
+
+    nqns = _nvme_subsystems(properties)
+    with lockutils.lock("nvmeof-" + ",".join(sorted(nqns)), "virtdriver-", external=True,
+                        lock_path=str(lock_dir)):
+        before = _nvme_controllers(nqns)
+        try:
+            return dict(connector_for("NVMEOF", lock_dir, **connector_options)
+                        .connect_volume(properties))
+        except Exception as exc:
+            for name in sorted(_nvme_controllers(nqns) - before):
+                try:  # what ``nvme disconnect -d /dev/NAME`` does
+                    Path("/sys/class/nvme", name, "delete_controller").write_text("1")
+                except OSError as gone:
+                    LOG.warning("could not disconnect NVMe controller %s after a failed "
+                                "connect: %s", name, gone)
+            raise HostConnectFailed("os-brick could not connect the NVMEOF volume",
+                                    _describe(exc)) from None
 
 
 def disconnect(protocol: str, properties: dict[str, Any], device_info: dict[str, Any] | None,
