@@ -1,0 +1,169 @@
+"""nova 34's functional tests of volumes, run through a chosen libvirt compute driver.
+
+``--driver virtdriver`` runs them with ``compute_driver = virtdriver.nova.LibvirtDriver``,
+``--driver nova`` with nova's own ``libvirt.LibvirtDriver`` (the baseline); ``--driver both``
+runs each in its own process and compares (:mod:`functional_compare`). The switch is
+:mod:`functional_switch`; the selection :mod:`functional_selection`. Run in the nova venv (see
+``scripts/nova-suite.sh``); nova's test classes are testtools cases, run here with unittest.
+
+One process per driver prints, per set, ``N passed, M failed`` and writes ``--json``: every
+test's outcome, its seconds, and (virtdriver) how many disks virtdriver's adapters rendered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import functional_selection as selection  # noqa: E402
+import functional_switch as switch  # noqa: E402
+
+
+class RecordingResult(unittest.TextTestResult):
+    """Every test's outcome and duration; tells the switch which test is running."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.outcomes: dict[str, dict[str, Any]] = {}
+        self._started = 0.0
+
+    def startTest(self, test: unittest.TestCase) -> None:  # noqa: N802 (unittest's name)
+        switch.set_current_test(test.id())
+        self._started = time.monotonic()
+        super().startTest(test)
+
+    def _record(self, test: unittest.TestCase, outcome: str) -> None:
+        self.outcomes[test.id()] = {"outcome": outcome,
+                                    "seconds": round(time.monotonic() - self._started, 2)}
+
+    def addSuccess(self, test: unittest.TestCase) -> None:  # noqa: N802
+        super().addSuccess(test)
+        self._record(test, "passed")
+
+    def addFailure(self, test: unittest.TestCase, err: Any) -> None:  # noqa: N802
+        super().addFailure(test, err)
+        self._record(test, "failed")
+
+    def addError(self, test: unittest.TestCase, err: Any) -> None:  # noqa: N802
+        super().addError(test, err)
+        self._record(test, "failed")
+
+    def addSkip(self, test: unittest.TestCase, reason: str) -> None:  # noqa: N802
+        super().addSkip(test, reason)
+        self._record(test, "skipped")
+
+    def addExpectedFailure(self, test: unittest.TestCase, err: Any) -> None:  # noqa: N802
+        super().addExpectedFailure(test, err)
+        self._record(test, "passed")
+
+    def addUnexpectedSuccess(self, test: unittest.TestCase) -> None:  # noqa: N802
+        super().addUnexpectedSuccess(test)
+        self._record(test, "failed")
+
+
+def _flatten(suite: unittest.TestSuite) -> list[unittest.TestCase]:
+    tests: list[unittest.TestCase] = []
+    for item in suite:
+        tests.extend(_flatten(item) if isinstance(item, unittest.TestSuite) else [item])
+    return tests
+
+
+def load(sets: list[str], pattern: str | None) -> dict[str, list[unittest.TestCase]]:
+    loader = unittest.TestLoader()
+    found = {}
+    for which in sets:
+        tests = _flatten(loader.loadTestsFromNames(selection.modules(which)))
+        found[which] = [t for t in tests if pattern is None or pattern in t.id()]
+    return found
+
+
+def run_one(driver: str, sets: list[str], pattern: str | None, verbosity: int) -> dict[str, Any]:
+    switch.install(driver)
+    by_set = load(sets, pattern)
+    report: dict[str, Any] = {"driver": driver, "sets": {}}
+    for which, tests in by_set.items():
+        runner = unittest.TextTestRunner(stream=sys.stderr, verbosity=verbosity,
+                                         resultclass=RecordingResult)
+        started = time.monotonic()
+        result = runner.run(unittest.TestSuite(tests))
+        for test_id, outcome in result.outcomes.items():
+            outcome["adapter_disks"] = switch.COUNTS.get(test_id, 0)
+            outcome["computes"] = switch.STARTED.get(test_id, 0)
+        report["sets"][which] = {"seconds": round(time.monotonic() - started, 1),
+                                 "tests": result.outcomes}
+    return report
+
+
+def summary(tests: dict[str, dict[str, Any]]) -> str:
+    passed = sum(1 for t in tests.values() if t["outcome"] == "passed")
+    failed = sum(1 for t in tests.values() if t["outcome"] == "failed")
+    skipped = len(tests) - passed - failed
+    return f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--driver", choices=("nova", "virtdriver", "both"), default="both")
+    parser.add_argument("--set", dest="sets", default=",".join(selection.SETS),
+                        help="comma-separated: " + ", ".join(selection.SETS))
+    parser.add_argument("-k", dest="pattern", default=None, help="only tests whose id has this")
+    parser.add_argument("--json", dest="json_path", default=None)
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="with --driver both: run the two drivers in parallel (2)")
+    parser.add_argument("-v", dest="verbosity", action="store_const", const=2, default=1)
+    args = parser.parse_args(argv)
+    sets = [s for s in args.sets.split(",") if s]
+    if args.driver == "both":
+        return run_both(args, sets)
+    # nova's services log to stdout as they shut down (even at exit): all of it goes to stderr,
+    # the summary lines to the real stdout.
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    report = run_one(args.driver, sets, args.pattern, args.verbosity)
+    for which, data in report["sets"].items():
+        print(f"{which} ({args.driver}): {summary(data['tests'])} ({data['seconds']} s)",
+              file=out, flush=True)
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(report, indent=1, sort_keys=True))
+    return 0
+
+
+def run_both(args: argparse.Namespace, sets: list[str]) -> int:
+    import functional_compare as compare
+
+    reports = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = {}
+        for driver in ("virtdriver", "nova"):
+            out = Path(tmp) / f"{driver}.json"
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--driver", driver,
+                   "--set", ",".join(sets), "--json", str(out)]
+            if args.pattern:
+                cmd += ["-k", args.pattern]
+            procs[driver] = (subprocess.Popen(cmd, stdout=subprocess.DEVNULL), out)
+            if args.jobs < 2:
+                procs[driver][0].wait()
+        for driver, (proc, out) in procs.items():
+            proc.wait()
+            if not out.exists():
+                print(f"functional: the {driver} run wrote no results (exit {proc.returncode})")
+                return 1
+            reports[driver] = json.loads(out.read_text())
+        if args.json_path:
+            Path(args.json_path).write_text(json.dumps(reports, indent=1, sort_keys=True))
+    return compare.report(reports["virtdriver"], reports["nova"], summary)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
