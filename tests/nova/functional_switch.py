@@ -14,15 +14,20 @@ Every compute service of nova's functional harness is started by ``nova.test.Tes
 
 nova's Cinder fixture answers the volumes it has no shape for with ``driver_volume_type``
 ``fake``, which virtdriver leaves to nova's own driver; :func:`install` makes it answer with what
-a Cinder iSCSI driver and volume manager send (:func:`realistic_connection_info`), for both drivers
-alike, so the volumes of every test go through an adapter. ``COUNTS`` counts the adapters'
+Cinder's RBD (or LVM/iSCSI) driver and volume manager send (:data:`SHAPES`), for both drivers
+alike, so the volumes of every test go through an adapter -- except in a test that patches nova's
+fake volume driver itself (:func:`keeps_fake_volumes`). RBD is the default: QEMU opens it, so a
+test that stubs out nova's host-side connect still renders it. ``COUNTS`` counts the adapters'
 ``get_config`` calls per test.
 """
 
 from __future__ import annotations
 
 import collections
+import inspect
 import io
+import sys
+from collections.abc import Callable
 from typing import Any
 from unittest import mock
 
@@ -37,27 +42,43 @@ COUNTS: collections.Counter[str] = collections.Counter()
 STARTED: collections.Counter[str] = collections.Counter()
 
 
-def realistic_connection_info(volume_id: str, attachment_id: str) -> dict[str, Any]:
-    """What Cinder's LVM/iSCSI driver and volume manager return from ``attachment_update``."""
-    return {
+#: Cinder's front-end document for one volume, as its RBD (default) or LVM/iSCSI driver and the
+#: volume manager (access_mode, encrypted, qos_specs, cacheable) return it from
+#: ``attachment_update``.
+SHAPES: dict[str, Callable[[str], dict[str, Any]]] = {
+    "rbd": lambda vid: {
+        "driver_volume_type": "rbd",
+        "data": {
+            "name": f"volumes/volume-{vid}", "hosts": ["192.0.2.21", "192.0.2.22"],
+            "ports": ["6789", "6789"], "cluster_name": "ceph", "auth_enabled": True,
+            "auth_username": "cinder", "secret_type": "ceph",
+            "secret_uuid": "457eb676-33da-42ec-9a8c-9293d545c337", "keyring": None,
+            "discard": True, "qos_specs": None, "access_mode": "rw", "encrypted": False,
+            "cacheable": False}},
+    "iscsi": lambda vid: {
         "driver_volume_type": "iscsi",
         "data": {
-            "target_discovered": False,
-            "target_portal": "192.0.2.10:3260",
-            "target_iqn": f"iqn.2010-10.org.openstack:volume-{volume_id}",
-            "target_lun": 0,
-            "volume_id": volume_id,
-            "attachment_id": attachment_id,
-            "auth_method": "CHAP",
-            "auth_username": "vdtestuser",
-            "auth_password": "vdtestsecret",
-            "encrypted": False,
-            "qos_specs": None,
-            "access_mode": "rw",
-            "cacheable": False,
-            "discard": False,
-        },
-    }
+            "target_discovered": False, "target_portal": "192.0.2.10:3260",
+            "target_iqn": f"iqn.2010-10.org.openstack:volume-{vid}", "target_lun": 0,
+            "auth_method": "CHAP", "auth_username": "vdtestuser",
+            "auth_password": "vdtestsecret", "qos_specs": None, "access_mode": "rw",
+            "encrypted": False, "cacheable": False, "discard": False}},
+}
+
+
+def realistic_connection_info(shape: str, volume_id: str, attachment_id: str) -> dict[str, Any]:
+    info = SHAPES[shape](volume_id)
+    info["data"].update(volume_id=volume_id, attachment_id=attachment_id)
+    return info
+
+
+def keeps_fake_volumes(test: Any) -> bool:
+    """A test that patches nova's test-only volume driver needs nova's ``fake`` volumes."""
+    module = sys.modules.get(type(test).__module__)
+    try:
+        return "LibvirtFakeVolumeDriver" in inspect.getsource(module)  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return False
 
 
 def _dotted(cls: type) -> str:
@@ -65,9 +86,10 @@ def _dotted(cls: type) -> str:
 
 
 class _Switch:
-    def __init__(self, driver: str) -> None:
+    def __init__(self, driver: str, shape: str) -> None:
         self.option, self.expected = DRIVERS[driver]
         self.driver = driver
+        self.shape = shape
 
     def install(self) -> None:
         from nova import test
@@ -88,8 +110,8 @@ class _Switch:
 
         def find_connection_info(fixture: Any, volume_id: str, attachment_id: str) -> Any:
             info = real_find(fixture, volume_id, attachment_id)
-            if info.get("driver_volume_type") == "fake":
-                info = realistic_connection_info(volume_id, attachment_id)
+            if info.get("driver_volume_type") == "fake" and not keeps_fake_volumes(fixture.test):
+                info = realistic_connection_info(switch.shape, volume_id, attachment_id)
             return info
 
         cinder.CinderFixture._find_connection_info = find_connection_info
@@ -209,6 +231,7 @@ def _environment(test: Any) -> _LibvirtEnvironment:
     return env
 
 
-def install(driver: str) -> None:
-    """Switch every compute service this process starts to ``driver`` (``nova``/``virtdriver``)."""
-    _Switch(driver).install()
+def install(driver: str, shape: str = "rbd") -> None:
+    """Switch every compute service this process starts to ``driver`` (``nova``/``virtdriver``);
+    nova's ``fake`` volumes become Cinder documents of ``shape`` (a key of :data:`SHAPES`)."""
+    _Switch(driver, shape).install()
