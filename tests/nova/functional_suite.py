@@ -33,55 +33,7 @@ sys.path.insert(0, str(HERE))
 
 import functional_selection as selection  # noqa: E402
 import functional_switch as switch  # noqa: E402
-
-
-class RecordingResult(unittest.TextTestResult):
-    """Every test's outcome and duration; tells the switch which test is running."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.outcomes: dict[str, dict[str, Any]] = {}
-        self._started = 0.0
-
-    def startTest(self, test: unittest.TestCase) -> None:  # noqa: N802 (unittest's name)
-        switch.set_current_test(test.id())
-        self._started = time.monotonic()
-        super().startTest(test)
-
-    def _record(self, test: unittest.TestCase, outcome: str) -> None:
-        self.outcomes[test.id()] = {"outcome": outcome,
-                                    "seconds": round(time.monotonic() - self._started, 2)}
-
-    def addSuccess(self, test: unittest.TestCase) -> None:  # noqa: N802
-        super().addSuccess(test)
-        self._record(test, "passed")
-
-    def addFailure(self, test: unittest.TestCase, err: Any) -> None:  # noqa: N802
-        super().addFailure(test, err)
-        self._record(test, "failed")
-
-    def addError(self, test: unittest.TestCase, err: Any) -> None:  # noqa: N802
-        super().addError(test, err)
-        self._record(test, "failed")
-
-    def addSkip(self, test: unittest.TestCase, reason: str) -> None:  # noqa: N802
-        super().addSkip(test, reason)
-        self._record(test, "skipped")
-
-    def addExpectedFailure(self, test: unittest.TestCase, err: Any) -> None:  # noqa: N802
-        super().addExpectedFailure(test, err)
-        self._record(test, "passed")
-
-    def addUnexpectedSuccess(self, test: unittest.TestCase) -> None:  # noqa: N802
-        super().addUnexpectedSuccess(test)
-        self._record(test, "failed")
-
-
-def _flatten(suite: unittest.TestSuite) -> list[unittest.TestCase]:
-    tests: list[unittest.TestCase] = []
-    for item in suite:
-        tests.extend(_flatten(item) if isinstance(item, unittest.TestSuite) else [item])
-    return tests
+from results import RecordingResult, flatten, summary  # noqa: E402
 
 
 def load(sets: list[str], pattern: str | None,
@@ -92,7 +44,7 @@ def load(sets: list[str], pattern: str | None,
     found = {}
     index, count = shard
     for which in sets:
-        tests = _flatten(loader.loadTestsFromNames(selection.modules(which)))
+        tests = flatten(loader.loadTestsFromNames(selection.modules(which)))
         tests = [t for t in tests if pattern is None or pattern in t.id()]
         classes = sorted({_class_of(t) for t in tests})
         mine = set(classes[index::count])
@@ -112,6 +64,7 @@ def run_one(driver: str, sets: list[str], pattern: str | None, verbosity: int,
     for which, tests in by_set.items():
         runner = unittest.TextTestRunner(stream=sys.stderr, verbosity=verbosity,
                                          resultclass=RecordingResult)
+        RecordingResult.on_start = staticmethod(switch.set_current_test)
         started = time.monotonic()
         result = runner.run(unittest.TestSuite(tests))
         for test_id, outcome in result.outcomes.items():
@@ -120,13 +73,6 @@ def run_one(driver: str, sets: list[str], pattern: str | None, verbosity: int,
         report["sets"][which] = {"seconds": round(time.monotonic() - started, 1),
                                  "tests": result.outcomes}
     return report
-
-
-def summary(tests: dict[str, dict[str, Any]]) -> str:
-    passed = sum(1 for t in tests.values() if t["outcome"] == "passed")
-    failed = sum(1 for t in tests.values() if t["outcome"] == "failed")
-    skipped = len(tests) - passed - failed
-    return f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else "")
 
 
 def main(argv: list[str] | None = None) -> int:
