@@ -13,6 +13,8 @@ unittest (nova's test classes are testtools cases, which pytest does not run) in
 
 from __future__ import annotations
 
+import nova.tests.functional  # noqa: F401  first: nova's eventlet monkey patching  isort:skip
+
 import fixtures
 from lxml import etree
 from nova.tests import fixtures as nova_fixtures

@@ -8,8 +8,10 @@ names this class (``nova_namespace/`` in the source tree). Three places differ f
   :data:`~virtdriver.nova.adapters.NOVA_DRIVER_CLASSES` for the class nova's table names; a type
   nova knows but virtdriver does not render (nova's test-only ``fake``, or a class that a nova
   deployment put into its table) keeps nova's own driver, logged once at INFO;
-- a volume's ``<disk>`` keeps the cache mode virtdriver's policy chose (nova would apply
-  ``[libvirt] disk_cachemodes`` on top, which could give a shared disk a host page cache);
+- a volume's ``<disk>`` keeps the cache mode virtdriver's policy chose (nova applies
+  ``[libvirt] disk_cachemodes`` on top, to hot-plugged volumes and to every disk of a guest it
+  boots, and may switch ``io`` from ``native`` to ``threads``): ``_set_cache_mode`` leaves a
+  :class:`~virtdriver.nova.convert.RenderedDisk` alone;
 - whether the host connection of a volume may be torn down after a detach is answered from
   libvirt's live state: it is kept while any other guest on this host still has a disk carrying
   the volume's alias (``ua-`` and the encoded id), running or defined -- not from the block-storage
@@ -33,6 +35,7 @@ from os_brick import exception as brick_exception
 from virtdriver.hypervisor.resize import resize_disk
 from virtdriver.hypervisor.usage import DiskUse, DomainState, host_state
 from virtdriver.nova.adapters import NOVA_DRIVER_CLASSES
+from virtdriver.nova.convert import RenderedDisk
 
 LOG = logging.getLogger(__name__)
 
@@ -74,9 +77,12 @@ class LibvirtDriver(nova_driver.LibvirtDriver):
                     raise exception.VolumeDriverNotSupported(volume_driver=path)
             return self.volume_drivers[driver_type]
 
-    def _get_volume_config(self, connection_info, disk_info):  # type: ignore[no-untyped-def]
-        # The cache mode is virtdriver's policy (cache='none' for every shared disk).
-        return self._get_volume_driver(connection_info).get_config(connection_info, disk_info)
+    def _set_cache_mode(self, conf):  # type: ignore[no-untyped-def]
+        # A volume virtdriver rendered keeps the cache (and io) its policy chose; nova applies
+        # [libvirt] disk_cachemodes here, at attach and again to every disk of a guest it boots.
+        if isinstance(conf, RenderedDisk):
+            return
+        super()._set_cache_mode(conf)
 
     def _should_disconnect_target(self, context, instance, multiattach, vol_driver,
                                   volume_id):  # type: ignore[no-untyped-def]
