@@ -44,7 +44,10 @@ def detach(host: Host, instance: str, volume_id: str, timeout: float,
     dom = host.connection.domain(instance)
     with host.lock([volume_id], [], "detach"):
         state = _read_guest(host, dom, instance, volume_id)
-        host.forget_arrivals(volume_id, guest=state)  # it is here: not arriving any more
+        try:
+            host.forget_arrivals(volume_id, guest=state)  # it is here: not arriving any more
+        except DamagedRecord:
+            pass  # housekeeping only: the release below says what the damage means
         mine = [u for u in state.disks if u.volume == volume_id]
         if not mine:
             raise NotAttached(not_attached_message(volume_id, state))
