@@ -9,7 +9,6 @@ sessions, the RBD watchers, the NBD connections, the libvirt secret, the Gluster
 from __future__ import annotations
 
 import os
-import secrets
 import subprocess
 import time
 import uuid
@@ -22,7 +21,9 @@ import pytest
 from tests.support.backends import need
 from virtdriver import LibvirtVolumeDriver
 from virtdriver.errors import HostConnectFailed
-from virtdriver.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
+from virtdriver.guests import block_info, read_pattern
+
+from .support.sharedio import writer_shares_with_reader
 
 pytestmark = pytest.mark.hypervisor
 
@@ -54,12 +55,7 @@ def multiattach_story(guests, driver: LibvirtVolumeDriver, info: dict, released:
     driver.attach_volume(info, b.name(), attach_mode="ro")
     assert block_info(b, alias).ro and not block_info(a, alias).ro
     assert block_info(a, alias).direct and block_info(b, alias).direct
-    pattern = secrets.randbelow(200) + 20
-    offset = secrets.randbelow(1000) * 4096
-    write_pattern(a, alias, pattern, offset=offset)
-    assert read_pattern(b, alias, pattern, offset=offset)
-    with pytest.raises(ReadOnlyWrite):
-        write_pattern(b, alias, 0x01, offset=offset)
+    pattern, offset = writer_shares_with_reader(a, b, alias)
 
     driver.detach_volume(a.name(), vid)
     assert read_pattern(b, alias, pattern, offset=offset)

@@ -20,8 +20,10 @@ from tests.support.backends import need
 from virtdriver import LibvirtVolumeDriver
 from virtdriver.cinder import Cinder
 from virtdriver.errors import CinderError, PolicyRefusal
-from virtdriver.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
+from virtdriver.guests import block_info, read_pattern, write_pattern
 from virtdriver.render import build_disk
+
+from .support.sharedio import writer_shares_with_reader
 
 pytestmark = pytest.mark.hypervisor
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "test-cinder.sh"
@@ -122,11 +124,7 @@ def test_cinder_multiattach_rw_and_ro(cinder, cinder_secret, multiattach_type, g
         assert [k for k in sent if f"`{k}`" not in documented] == []  # each used or ignored
 
         assert block_info(b, alias).ro and not block_info(a, alias).ro
-        pattern, offset = secrets.randbelow(200) + 20, secrets.randbelow(1000) * 4096
-        write_pattern(a, alias, pattern, offset=offset)
-        assert read_pattern(b, alias, pattern, offset=offset)
-        with pytest.raises(ReadOnlyWrite):
-            write_pattern(b, alias, 0x01, offset=offset)
+        writer_shares_with_reader(a, b, alias)
 
         driver.detach_volume(a.name(), vid)
         driver.detach_volume(b.name(), vid)

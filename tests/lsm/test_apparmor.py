@@ -10,14 +10,14 @@ in the kernel at every hot-plug.
 from __future__ import annotations
 
 import re
-import secrets
 from pathlib import Path
 
 import pytest
 
 from tests.lsm.conftest import aa_status, qemu_pid, secmodels
+from tests.support.sharedio import writer_shares_with_reader
 from tests.support.volumes import local_volume
-from virtdriver.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
+from virtdriver.guests import block_info, read_pattern
 
 pytestmark = pytest.mark.lsm_apparmor
 
@@ -85,12 +85,7 @@ def test_multiattach_loop_device_in_both_profiles(guests, volume_driver, loop_de
         assert confined.get(pid, {}).get("profile") == profile_name(dom), confined.get(pid)
         assert confined[pid]["status"] == "enforce"
 
-    pattern = secrets.randbelow(200) + 20
-    offset = secrets.randbelow(1000) * 4096
-    write_pattern(a, alias, pattern, offset=offset)
-    assert read_pattern(b, alias, pattern, offset=offset)
-    with pytest.raises(ReadOnlyWrite):
-        write_pattern(b, alias, 0x01, offset=offset)
+    pattern, offset = writer_shares_with_reader(a, b, alias)
 
     # Detach from A: out of A's profile only; B keeps reading.
     volume_driver.detach_volume(a.name(), vid)

@@ -8,14 +8,14 @@ process and mount namespace: libvirt gives every QEMU a private /dev and labels 
 
 from __future__ import annotations
 
-import secrets
 from pathlib import Path
 
 import pytest
 
 from tests.lsm.conftest import MCS_PAIR, qemu_pid, run, secmodels, split_context
+from tests.support.sharedio import writer_shares_with_reader
 from tests.support.volumes import local_volume
-from virtdriver.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
+from virtdriver.guests import block_info, read_pattern
 
 pytestmark = pytest.mark.lsm_selinux
 
@@ -79,12 +79,7 @@ def test_multiattach_loop_device_shared_label(guests, volume_driver, loop_device
         assert (typ, level) == (SHARED_IMAGE_TYPE, "s0"), (name, typ, level)
 
     # Data: A writes, B reads it; B may not write.
-    pattern = secrets.randbelow(200) + 20
-    offset = secrets.randbelow(1000) * 4096
-    write_pattern(a, alias, pattern, offset=offset)
-    assert read_pattern(b, alias, pattern, offset=offset)
-    with pytest.raises(ReadOnlyWrite):
-        write_pattern(b, alias, 0x01, offset=offset)
+    pattern, offset = writer_shares_with_reader(a, b, alias)
 
     # Detach from A: B still reads, and the label B sees is unchanged (never restored).
     volume_driver.detach_volume(a.name(), vid)
