@@ -4,18 +4,22 @@
 ``nova.virt.`` + that value, and virtdriver's wheel installs ``nova.virt.virtdriver.nova``, which
 names this class (``nova_namespace/`` in the source tree). Three places differ from nova's driver:
 
-- the volume driver for a ``driver_volume_type`` is the adapter of
-  :data:`~virtdriver.nova.adapters.NOVA_DRIVER_CLASSES` for the class nova's table names; a type
-  nova knows but virtdriver does not render (nova's test-only ``fake``, or a class that a nova
-  deployment put into its table) keeps nova's own driver, logged once at INFO;
+- the volume driver for a ``driver_volume_type`` is the adapter of the class nova's table names
+  (nova's own lookup otherwise: its table, its import, its cache); a type nova knows but
+  virtdriver does not render (nova's test-only ``fake``, or a class that a nova deployment put
+  into its table) keeps nova's own driver, logged once at INFO;
 - a volume's ``<disk>`` keeps the cache mode virtdriver's policy chose (nova applies
   ``[libvirt] disk_cachemodes`` on top, to hot-plugged volumes and to every disk of a guest it
   boots, and may switch ``io`` from ``native`` to ``threads``): ``_set_cache_mode`` leaves a
   :class:`~virtdriver.nova.convert.RenderedDisk` alone;
-- whether the host connection of a volume may be torn down after a detach is answered from
-  libvirt's live state: it is kept while any other guest on this host still has a disk carrying
-  the volume's alias (``ua-`` and the encoded id), running or defined -- not from the block-storage
-  service's attachment list and nova's database, which lag behind or miss guests.
+- whether the host connection of a multiattach volume may be torn down after a detach is
+  answered from libvirt's live state, one decision per volume at a time: it is kept while any
+  other guest on this host still has a disk carrying the volume's alias (``ua-`` and the encoded
+  id), running or defined -- not from the block-storage service's attachment list and nova's
+  database, which lag behind or miss guests. A shut-off guest that already let go of the volume
+  here (nova decides before it undefines a deleted guest) no longer counts, so two concurrent
+  deletes tear the connection down exactly once (nova's bug 2048837), instead of each keeping it
+  for the other.
 """
 
 from __future__ import annotations
@@ -28,9 +32,11 @@ from nova import exception
 from nova.virt.libvirt import driver as nova_driver
 from nova.virt.libvirt.volume import fs
 from os_brick import exception as brick_exception
+from oslo_concurrency import lockutils
+from oslo_utils import importutils
 
 from virtdriver.hypervisor.usage import DiskUse, host_state
-from virtdriver.nova.adapters import NOVA_DRIVER_CLASSES
+from virtdriver.nova.adapters import NOVA_DRIVER_CLASSES, VirtdriverRendering
 from virtdriver.nova.convert import RenderedDisk
 
 LOG = logging.getLogger(__name__)
@@ -46,28 +52,39 @@ def local_users(conn: Any, volume_id: str) -> list[DiskUse]:
             if use.volume == volume_id]
 
 
+def _nova_class(adapter: type) -> type:
+    """The nova class an adapter replaces (its base other than the rendering mixin)."""
+    return next(base for base in adapter.__bases__ if base is not VirtdriverRendering)
+
+
+#: nova's volume-driver class -> the adapter that replaces it.
+ADAPTER_FOR = {_nova_class(adapter): adapter for adapter in NOVA_DRIVER_CLASSES.values()}
+
+
 class LibvirtDriver(nova_driver.LibvirtDriver):
     """nova's ``LibvirtDriver`` whose volumes are rendered and accounted by virtdriver."""
 
     _volume_driver_lock = threading.Lock()
 
     def _get_volume_driver(self, connection_info):  # type: ignore[no-untyped-def]
+        # nova's steps (its table, its import, its cache), with the adapter in place of the
+        # class nova's table names.
         driver_type = connection_info.get("driver_volume_type")
+        path = nova_driver.VOLUME_DRIVERS.get(driver_type)
+        if path not in NOVA_DRIVER_CLASSES:  # unknown to nova, or no adapter: nova's own way
+            if path is not None and driver_type not in self.volume_drivers:
+                LOG.info("volume type %s has no virtdriver adapter; nova's own %s renders it, "
+                         "without virtdriver's multiattach policy", driver_type, path)
+            return super()._get_volume_driver(connection_info)
         cached = self.volume_drivers.get(driver_type)
         if cached is not None:
             return cached
-        path = nova_driver.VOLUME_DRIVERS.get(driver_type)
-        if path is None:
-            raise exception.VolumeDriverNotFound(driver_type=driver_type)
-        adapter = NOVA_DRIVER_CLASSES.get(path)
-        if adapter is None:
-            LOG.info("volume type %s has no virtdriver adapter; nova's own %s renders it, "
-                     "without virtdriver's multiattach policy", driver_type, path)
-            return super()._get_volume_driver(connection_info)
         with self._volume_driver_lock:
             if driver_type not in self.volume_drivers:
+                nova_class = importutils.import_class(path)
+                cls = ADAPTER_FOR.get(nova_class, nova_class)
                 try:
-                    self.volume_drivers[driver_type] = adapter(self._host)
+                    self.volume_drivers[driver_type] = cls(self._host)
                 except brick_exception.InvalidConnectorProtocol:
                     LOG.debug("volume driver %s is not supported on this host", driver_type)
                     raise exception.VolumeDriverNotSupported(volume_driver=path)
@@ -82,15 +99,21 @@ class LibvirtDriver(nova_driver.LibvirtDriver):
 
     def _should_disconnect_target(self, context, instance, multiattach, vol_driver,
                                   volume_id):  # type: ignore[no-untyped-def]
+        if not multiattach or not volume_id:
+            return True  # as nova: a volume that cannot be attached twice has no other user
         if isinstance(vol_driver, fs.LibvirtMountedFileSystemVolumeDriver):
             return True  # nova's mount manager counts the users of each mount itself
-        if not volume_id:
-            return True
-        others = sorted({use.domain_name for use in
-                         local_users(self._host.get_connection(), str(volume_id))
-                         if use.domain_uuid != instance.uuid})
+        vid = str(volume_id)
+        with lockutils.lock(f"virtdriver-disconnect-{vid}"):
+            users = local_users(self._host.get_connection(), vid)
+            # volume id -> guests (instance uuids) that let go of it here
+            released = self.__dict__.setdefault("_released", {}).setdefault(vid, set())
+            released &= {use.domain_uuid for use in users}  # forget guests that are gone
+            others = sorted({use.domain_name for use in users if use.domain_uuid != instance.uuid
+                             and (use.live or use.domain_uuid not in released)})
+            released.add(instance.uuid)
         if others:
             LOG.info("volume %s is still used on this host by %s; keeping its host connection",
-                     volume_id, ", ".join(others))
+                     vid, ", ".join(others))
             return False
         return True
