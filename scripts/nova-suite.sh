@@ -107,6 +107,8 @@ esac
 if [ "$part" = all ] || [ "$part" = suite ]; then
     step "nova's volume-driver tests with the adapters" \
         "$py" "$t/nova_suite.py" --min-passed "$MIN_PASSED" || status=1
+    step "nova's volume-driver tests with nova's own drivers (baseline)" \
+        "$py" "$t/nova_suite.py" --nova-only || status=1
     step "test_driver.py's volume tests: virtdriver's LibvirtDriver | nova's" \
         "$py" "$t/driver_suite.py" || status=1
 fi
