@@ -22,8 +22,8 @@ import tempfile
 import time
 import unittest
 from pathlib import Path
-from unittest import mock
 from typing import Any
+from unittest import mock
 
 import nova.tests.unit  # noqa: F401  first: nova's eventlet monkey patching  isort:skip
 
