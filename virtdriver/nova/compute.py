@@ -19,7 +19,8 @@ names this class (``nova_namespace/`` in the source tree). Four places differ fr
   database, which lag behind or miss guests. A shut-off guest that already let go of the volume
   here (nova decides before it undefines a deleted guest) no longer counts, so two concurrent
   deletes tear the connection down exactly once (nova's bug 2048837), instead of each keeping it
-  for the other;
+  for the other. A volume of a type virtdriver does not render (nova's own driver's disk) keeps
+  nova's decision, as it keeps nova's driver;
 - a volume-extended event reaches a read-only attachment too: libvirt refuses to block-resize a
   read-only disk, so its QEMU node is opened anew at the new size instead
   (:func:`virtdriver.hypervisor.resize.resize_disk`, as ``virtdriver extend`` does).
@@ -104,6 +105,11 @@ class LibvirtDriver(nova_driver.LibvirtDriver):
 
     def _should_disconnect_target(self, context, instance, multiattach, vol_driver,
                                   volume_id):  # type: ignore[no-untyped-def]
+        if not isinstance(vol_driver, VirtdriverRendering):
+            # A type virtdriver does not render is nova's from attach to release: nova's disk,
+            # without virtdriver's identity or sharing policy, so nova's decision too.
+            return super()._should_disconnect_target(context, instance, multiattach,
+                                                     vol_driver, volume_id)
         if not multiattach or not volume_id:
             return True  # as nova: a volume that cannot be attached twice has no other user
         if isinstance(vol_driver, fs.LibvirtMountedFileSystemVolumeDriver):
