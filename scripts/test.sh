@@ -2,8 +2,10 @@
 # The whole test suite, from a fresh machine: host setup (libvirt, QEMU, .venv), the storage
 # test backends on 127.0.0.1 (tgt, qemu-nbd, Ceph, Gluster) and a real Cinder on that Ceph (all
 # torn down afterwards if this run started them), then pytest.
-# Then nova's own libvirt volume tests against virtdriver.nova and its real-guest test
-# (scripts/nova-suite.sh; its nova venv is cached under /var/tmp; VIRTDRIVER_SKIP_NOVA=1 skips it).
+# Then nova 34's own tests through virtdriver.nova beside nova's own driver: its volume-driver
+# tests, test_driver.py's volume tests, its functional tests of volumes, then tests/nova (fidelity,
+# real guests) (scripts/nova-suite.sh: about 8-10 minutes on 2 cores, a few more the first time
+# for its nova venv, cached under /var/tmp; VIRTDRIVER_SKIP_NOVA=1 skips it).
 # The in-guest tests build their Linux test guest (testhosts/linuxguest) from the pytest fixture,
 # cached under /var/tmp/virtdriver-linuxguest.
 # Then tests/lsm inside the nested test host, booted once with SELinux enforcing and once with

@@ -1,9 +1,9 @@
 """nova's regression test for bug 2048837, through ``virtdriver.nova.LibvirtDriver``.
 
-nova's own ``test_bug_2048837`` patches nova's ``LibvirtDriver._should_disconnect_target`` and
-nova's fake volume driver's ``disconnect_volume``; virtdriver's driver decides in its own
-``_should_disconnect_target`` (from libvirt's state) and renders real volume types, so nova's
-mocks see nothing (docs/nova.md). This is the same scenario for virtdriver's driver: one
+nova's own ``test_bug_2048837`` uses nova's ``fake`` volume type, which virtdriver has no adapter
+for and leaves to nova's driver and nova's decision (it passes through virtdriver's driver for
+that reason: docs/nova.md); virtdriver's own decision, in its ``_should_disconnect_target`` from
+libvirt's state, is for the types it renders. This is the same scenario for it: one
 multiattach iSCSI volume in two servers on one host, both deleted -- one after the other, and
 concurrently (both deletes held at the decision, then let go; each yields after deciding, as
 nova's calls into real libvirt do). The host connection must be torn down exactly once, after
