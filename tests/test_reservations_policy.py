@@ -43,12 +43,12 @@ def test_native_iscsi_lun_reaches_the_target_as_the_rendered_initiator() -> None
     disk = build_disk(iscsi_info(vid), device="lun", bus="scsi", target_dev="sdb",
                       native_iscsi=True, initiator_iqn="iqn.2026-01.io.example:guest-a")
     how, identity = reservation_route(disk, "u-a")  # type: ignore[misc]
-    assert how == "iSCSI as iqn.2026-01.io.example:guest-a"
-    assert identity == ("iqn", "iqn.2026-01.io.example:guest-a")
-    # Without a name QEMU makes one from the guest's UUID: each guest is its own node.
+    assert how == "iSCSI as iqn.2026-01.io.example:guest-a, its own session"
+    assert identity == ("session", "u-a")
     plain = build_disk(iscsi_info(vid), device="lun", bus="scsi", target_dev="sdb",
                        native_iscsi=True)
-    assert reservation_route(plain, "u-a")[1] != reservation_route(plain, "u-b")[1]  # type: ignore[index]
+    assert reservation_route(plain, "u-a")[0] == (
+        "iSCSI as QEMU's default name (from the guest's UUID), its own session")
 
 
 def test_a_block_lun_reaches_the_target_as_the_host() -> None:
@@ -73,19 +73,20 @@ def test_guests_of_one_host_on_one_block_lun_cannot_fence_each_other() -> None:
     assert _fence_dangers([group[0], use("b", lun_on_block(True), live=False)]) == []
 
 
-def test_native_iscsi_guests_fence_each_other_only_under_their_own_names() -> None:
+def test_native_iscsi_guests_are_each_their_own_initiator_port_even_under_one_name() -> None:
+    """Each QEMU logs in with a session of its own (name + ISID is the port the target sees);
+    tests/inguest/test_reservations.py shows the target fencing one such guest from another."""
     vid = str(uuid.uuid4())
 
     def lun(iqn: str | None) -> Disk:
         return build_disk(iscsi_info(vid), device="lun", bus="scsi", target_dev="sdb",
                           native_iscsi=True, initiator_iqn=iqn)
 
-    same = [use("a", lun("iqn.2026-01.io.example:host")), use("b", lun("iqn.2026-01.io.example:host"))]
-    [danger] = _fence_dangers(same)
-    assert "as one initiator, initiator iqn.2026-01.io.example:host" in danger.message
-    assert _fence_dangers([use("a", lun("iqn.2026-01.io.example:a")),
-                           use("b", lun("iqn.2026-01.io.example:b"))]) == []
+    host = "iqn.2026-01.io.example:host"
+    assert _fence_dangers([use("a", lun(host)), use("b", lun(host))]) == []
     assert _fence_dangers([use("a", lun(None)), use("b", lun(None))]) == []
+    # a guest on the host's device and one on QEMU's initiator: two ports, too
+    assert _fence_dangers([use("a", lun(host)), use("b", lun_on_block(True))]) == []
 
 
 def test_doctor_reports_each_route(tmp_path: Path) -> None:

@@ -10,13 +10,15 @@ register and reserve, and under which initiator identity the target sees it:
   straight from QEMU. Either way the target sees the **host's** initiator: every guest on this
   host that passes reservations to one device is one node to the target.
 - ``device='lun'`` on QEMU-native iSCSI: QEMU's own initiator (libiscsi) logs in under
-  ``<initiator><iqn name=.../>`` or, without it, QEMU's default name made from the guest's UUID:
-  each guest is its own node when the names differ.
+  ``<initiator><iqn name=.../>`` or, without it, QEMU's default name made from the guest's UUID.
+  Each QEMU opens its own session, and an iSCSI initiator port is the name *and* the session's
+  ISID: each guest is its own node to the target even when the names are the same (the host's,
+  virtdriver's default). tests/inguest/test_reservations.py shows both on real guests.
 - ``device='disk'``: QEMU emulates the disk; the guest's reservations never reach the target.
 
-The ``fence`` danger: two guests on this host pass reservations to the same volume under one
-initiator identity -- the target cannot tell them apart, so a reservation by one does not fence
-the other (and the second registration is refused).
+The ``fence`` danger: two guests on this host pass reservations to the same volume as one
+initiator -- the target cannot tell them apart, so a reservation by one does not fence the other
+(and the second registration is refused). That is every pair of guests on one host device.
 """
 
 from __future__ import annotations
@@ -38,10 +40,8 @@ def reservation_route(disk: Disk, guest_uuid: str) -> tuple[str, tuple[Any, ...]
     source = disk.source
     if disk.type == "network":
         iqn = source.initiator.iqn.name if source.initiator and source.initiator.iqn else None
-        if iqn:
-            return f"iSCSI as {iqn}", ("iqn", iqn)
-        return "iSCSI as QEMU's default name (from the guest's UUID)", ("qemu-default",
-                                                                         guest_uuid)
+        name = iqn or "QEMU's default name (from the guest's UUID)"
+        return f"iSCSI as {name}, its own session", ("session", guest_uuid)
     res = source.reservations
     if res is not None and res.managed == "yes":
         how = "libvirt's managed qemu-pr-helper"
@@ -68,5 +68,5 @@ def fence_message(guests: list[str], identity: tuple[Any, ...]) -> str:
            if identity == HOST_INITIATOR else f"initiator {identity[-1]}")
     return (f"{', '.join(guests)} pass SCSI reservations to this volume as one initiator, "
             f"{who}: the target cannot tell them apart, so a reservation by one does not fence "
-            "the other; give each guest its own name (QEMU-native iSCSI with a per-guest "
-            "initiator name) or run them on different hosts")
+            "the other; run them on different hosts, or attach the volume through QEMU's own "
+            "iSCSI initiator (native_iscsi: a session per guest)")
