@@ -5,7 +5,7 @@
 under QEMU's TCG) instead of two OS-less guests, and prints a line from inside each guest at each
 step: what its kernel says about the disk, what it reads, how its own write is refused. The
 image is built on first use (``apt-get download``, cached under
-``/var/tmp/virtdriver-linuxguest``); booting both guests costs some 15-25 s of TCG, which is why
+``/var/tmp/virtdriver-linuxguest``); booting both guests costs some 20-30 s of TCG (more on a loaded host), which is why
 the view is asked for, not the default: the plain demo stays a few seconds on a fresh machine.
 """
 

@@ -70,10 +70,11 @@ def test_a_writer_keeps_writing_through_a_live_migration_and_b_reads_every_block
     dest_conn = open_connection(destination_daemon.uri)
     with LinuxGuests(conn, linux_image) as made:
         a = made.start("mig")
-        source.attach_volume(info, a.name(), attach_mode="rw")
-        source.attach_volume(info, b.name(), attach_mode="ro")
-        moved = False
+        moved, attached = False, []
         try:
+            for guest, mode in ((a, "rw"), (b, "ro")):
+                source.attach_volume(info, guest.name(), attach_mode=mode)
+                attached.append(guest)
             disk_a, disk_b = disk_by_serial(a, vid), disk_by_serial(b, vid)
             pid = a.check(WRITER.format(disk=disk_a, token=token, max=MAX_BLOCKS, width=width,
                                         bs=BLOCK)).strip()
@@ -118,10 +119,7 @@ def test_a_writer_keeps_writing_through_a_live_migration_and_b_reads_every_block
                 assert first.startswith(f"{token} 0 ") and last.startswith(
                     f"{token} {written - 1} "), (guest.name(), seen)
         finally:
-            if moved:
-                destination.detach_volume(a.name(), vid)
-            else:
-                source.detach_volume(a.name(), vid)
-            source.detach_volume(b.name(), vid)
+            for guest in attached:
+                (destination if moved and guest is a else source).detach_volume(guest.name(), vid)
     dest_conn.close()
     conn.close()
