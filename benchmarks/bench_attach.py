@@ -24,7 +24,7 @@ from pathlib import Path
 import libvirt
 
 from virtdriver import LibvirtVolumeDriver, build_disk
-from virtdriver.guests import DeviceEvents, Guests, detach_and_wait, open_connection, sparse_file
+from testhosts.guests import DeviceEvents, Guests, detach_and_wait, open_connection, sparse_file
 
 FLAGS = libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_AFFECT_CONFIG
 

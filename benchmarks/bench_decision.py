@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from virtdriver import LibvirtVolumeDriver
-from virtdriver.guests import Guests, open_connection, sparse_file
+from testhosts.guests import Guests, open_connection, sparse_file
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 import libvirt
 
 from virtdriver import LibvirtVolumeDriver, build_disk
-from virtdriver.guests import Guests, open_connection, sparse_file
+from testhosts.guests import Guests, open_connection, sparse_file
 from virtdriver.hypervisor import brick
 
 FLAGS = libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_AFFECT_CONFIG

@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.backends import need
 from tests.support.linuxguest import disk_by_vendor, wait_disk_gone
-from virtdriver.guests import SYSTEM_URI
+from testhosts.guests import SYSTEM_URI
 
 pytestmark = pytest.mark.hypervisor
 

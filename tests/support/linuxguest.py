@@ -31,7 +31,7 @@ def linux_image():
 @pytest.fixture(scope="package")
 def linux_pair(linux_image) -> Iterator[tuple[LinuxGuest, LinuxGuest]]:
     """Two booted Linux guests (A and B), booted in parallel, removed after the package's tests."""
-    from virtdriver.guests import open_connection
+    from testhosts.guests import open_connection
 
     conn: libvirt.virConnect = open_connection()
     with LinuxGuests(conn, linux_image) as made:
