@@ -2,11 +2,13 @@
 
 from pathlib import Path
 
+from virtdriver.volume.base import NovaBinding
 from virtdriver.volume.block import HostBlockDeviceDriver
 
 
 class ScaleIOVolumeDriver(HostBlockDeviceDriver):
     volume_type = "scaleio"
+    nova = NovaBinding("nova.virt.libvirt.volume.scaleio.LibvirtScaleIOVolumeDriver")
     brick_protocol = "SCALEIO"
     io = "native"
 

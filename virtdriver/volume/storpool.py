@@ -2,11 +2,13 @@
 
 from pathlib import Path
 
+from virtdriver.volume.base import NovaBinding
 from virtdriver.volume.block import HostBlockDeviceDriver
 
 
 class StorPoolVolumeDriver(HostBlockDeviceDriver):
     volume_type = "storpool"
+    nova = NovaBinding("nova.virt.libvirt.volume.storpool.LibvirtStorPoolVolumeDriver")
     brick_protocol = "STORPOOL"
     io = "native"
 
