@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from virtdriver.volume import probes
 from virtdriver.volume.base import NovaBinding
 from virtdriver.volume.block import HostBlockDeviceDriver
 
@@ -13,6 +14,5 @@ class StorPoolVolumeDriver(HostBlockDeviceDriver):
     io = "native"
 
     def host_probe(self) -> tuple[bool, str] | None:
-        client = Path("/dev/storpool")
-        return (True, f"{client}") if client.is_dir() else (False, "no StorPool client "
-                                                                   "(/dev/storpool)")
+        return probes.path(Path("/dev/storpool"), "StorPool client (/dev/storpool)",
+                           directory=True)
