@@ -18,12 +18,16 @@ import argparse
 import json
 import socket
 import statistics
+import sys
 import tempfile
 import time
 import uuid
+from pathlib import Path
 
 import libvirt
 
+# testhosts/ is not installed: it comes from the checkout this script is in
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from virtdriver import LibvirtVolumeDriver
 from testhosts.guests import Guests, LoopDevice, open_connection
 from testhosts.guests.private_libvirtd import PrivateLibvirtd
