@@ -17,7 +17,7 @@ import pytest
 from virtdriver.audit import AuditAttachment, audit_host, dangers_of
 from virtdriver.cli import main
 from virtdriver.doctor import STATUSES, image_contexts, security_models, selinux_mode
-from virtdriver.guests import DeviceEvents, detach_and_wait
+from testhosts.guests import DeviceEvents, detach_and_wait
 
 from .support.volumes import local_volume
 

@@ -43,18 +43,28 @@ os.environ.setdefault("LIBVIRT_LOG_OUTPUTS", "4:file:/dev/null")
 import libvirt  # noqa: E402
 
 from virtdriver.errors import VirtDriverError, VolumeInUse  # noqa: E402
-from virtdriver.guests import (  # noqa: E402
-    SYSTEM_URI,
-    Guests,
-    LoopDevice,
-    LoopDeviceError,
-    QemuIoError,
-    ReadOnlyWrite,
-    ensure_event_loop,
-    prepare_embed_root,
-    read_pattern,
-    write_pattern,
-)
+
+# The demo's guests come from the test hosts (testhosts/guests: OS-less guests, loop devices,
+# qemu-io), which a source checkout has and the product wheel does not install.
+try:
+    from testhosts.guests import (
+        SYSTEM_URI,
+        Guests,
+        LoopDevice,
+        LoopDeviceError,
+        QemuIoError,
+        ReadOnlyWrite,
+        ensure_event_loop,
+        prepare_embed_root,
+        read_pattern,
+        write_pattern,
+    )
+except ModuleNotFoundError as exc:  # pragma: no cover - a wheel install without the checkout
+    if exc.name is None or not exc.name.startswith("testhosts"):
+        raise
+    raise SystemExit("virtdriver demo: needs the test hosts (testhosts/guests) of a virtdriver source "
+                     "checkout; run ./scripts/demo.sh there, or python -m virtdriver.demo from its "
+                     "top directory") from None
 
 VOLUME_BYTES = 32 * 1024 * 1024
 PATTERN = 0x5A

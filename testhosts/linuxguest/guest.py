@@ -25,7 +25,7 @@ from pathlib import Path
 
 import libvirt
 
-from virtdriver.guests import ignore_gone
+from testhosts.guests import ignore_gone
 
 NAME_PREFIX = "vdtest-lg-"
 RUN_DIR = Path("/var/tmp/virtdriver-linuxguest/run")

@@ -22,7 +22,7 @@ from tests.support.migration import (  # noqa: F401 - fixtures, found by name
     migration_uri,
 )
 from tests.support.volumes import local_volume
-from virtdriver.guests import open_connection
+from testhosts.guests import open_connection
 
 pytestmark = pytest.mark.hypervisor
 

@@ -14,8 +14,8 @@ import pytest
 
 from tests.support.backends import need
 from tests.support.linuxguest import disk_by_vendor, wait_disk_gone
+from testhosts.guests import SYSTEM_URI
 from virtdriver.audit import audit_host
-from virtdriver.guests import SYSTEM_URI
 
 pytestmark = pytest.mark.hypervisor
 

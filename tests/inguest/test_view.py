@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.linuxguest import disk_by_serial, wait_disk_gone, wait_size
 from tests.support.volumes import local_volume
-from virtdriver.guests import LoopDevice
+from testhosts.guests import LoopDevice
 
 pytestmark = pytest.mark.hypervisor
 

@@ -23,7 +23,7 @@ pytest.importorskip("nova.conf", reason="needs nova 34; scripts/nova-suite.sh ru
 
 import libvirt  # noqa: E402
 
-from virtdriver.guests import Guests, LoopDevice, block_info  # noqa: E402
+from testhosts.guests import Guests, LoopDevice, block_info  # noqa: E402
 
 pytestmark = pytest.mark.hypervisor
 
@@ -146,7 +146,7 @@ def test_volume_extended_event_reaches_the_read_only_guest(compute: Any) -> None
     QEMU's query-block shows the new size for both."""
     from nova import context as nova_context
 
-    from virtdriver.guests import query_block
+    from testhosts.guests import query_block
 
     ctx = nova_context.get_admin_context()
     conn = compute._host.get_connection()

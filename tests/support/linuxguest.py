@@ -34,7 +34,7 @@ def linux_image():
 @pytest.fixture(scope="package")
 def linux_pair(linux_image) -> Iterator[tuple[LinuxGuest, LinuxGuest]]:
     """Two booted Linux guests (A and B), booted in parallel, removed after the package's tests."""
-    from virtdriver.guests import open_connection
+    from testhosts.guests import open_connection
 
     conn: libvirt.virConnect = open_connection()
     with LinuxGuests(conn, linux_image) as made:
@@ -90,7 +90,7 @@ def disk_by_vendor(guest: LinuxGuest, vendor: str, *, timeout: float = POLL_SECO
 
 def follow_migrated(guest: LinuxGuest, dest_conn: libvirt.virConnect, daemon: Any) -> str:
     """Point ``guest`` at itself on the destination after a live migration to ``daemon`` (a
-    :class:`~virtdriver.guests.private_libvirtd.PrivateLibvirtd`); returns what it answers.
+    :class:`~testhosts.guests.private_libvirtd.PrivateLibvirtd`); returns what it answers.
 
     The destination's libvirt bound the command port in its own ``/var/lib/libvirt``, which is
     ``daemon.base/lib`` from here.
