@@ -49,7 +49,8 @@ if [ "$chosen" = 0 ]; then
 fi
 
 status=0
-if [ "$hypervisor" = 1 ] || [ "$nova" = 1 ] || [ "$nested" = 1 ] || [ ! -x .venv/bin/python ]; then
+if [ "$hypervisor" = 1 ] || [ "$nova" = 1 ] || [ "$nested" = 1 ] || [ ! -x .venv/bin/python ] \
+        || [ pyproject.toml -nt .venv/.virtdriver-installed ]; then
     ./scripts/setup-host.sh
 fi
 
@@ -77,7 +78,8 @@ if [ "$hypervisor" = 1 ]; then
         .venv/bin/python -m pytest -m "hypervisor or kernel_initiator" "$@" || status=$?
     fi
 elif [ "$fast" = 1 ]; then
-    .venv/bin/python -m pytest -q -m "not hypervisor and not kernel_initiator" "$@" || status=$?
+    # both cores (pytest-xdist): the fast tests share no host state
+    .venv/bin/python -m pytest -q -n auto -m "not hypervisor and not kernel_initiator" "$@" || status=$?
 fi
 if [ "$nova" = 1 ]; then
     ./scripts/nova-suite.sh || status=1
