@@ -1,7 +1,7 @@
 """``virtdriver doctor``: can this host attach volumes, and can it share them safely?
 
 :func:`diagnose` runs the probes (:mod:`.probes` for libvirt, QEMU, labels, directories and
-os-brick; :mod:`.storage` for every registered protocol and mount propagation) and returns a
+os-brick; :mod:`.initiators` for iscsid, multipathd, kernel modules; :mod:`.storage` for every registered protocol and mount propagation) and returns a
 :class:`~.verdict.DoctorReport`; :func:`~.report.format_report` prints it for an operator.
 
 Nothing on the host is left changed: os-brick is set up (its lock directory created), and the
@@ -24,6 +24,7 @@ from virtdriver.doctor.probes import (
     selinux_checks,
     selinux_mode,
 )
+from virtdriver.doctor.initiators import initiator_checks
 from virtdriver.doctor.report import format_report
 from virtdriver.doctor.storage import propagation_check, protocol_checks
 from virtdriver.doctor.verdict import STATUSES, Check, DoctorReport, Status
@@ -48,5 +49,9 @@ def diagnose(driver: LibvirtVolumeDriver) -> DoctorReport:
     checks += directory_checks(driver, facts)  # before os-brick creates the lock directory
     checks.append(propagation_check(driver.mount_base, facts))
     checks.append(connector_check(driver, facts))
-    checks += protocol_checks(facts)
+    checks += initiator_checks(driver, facts)
+    enabled = frozenset(flag for flag, on in (("--native-iscsi", driver.options.native_iscsi),
+                                              ("--native-glusterfs",
+                                               driver.options.native_glusterfs)) if on)
+    checks += protocol_checks(facts, enabled)
     return DoctorReport(driver.uri, checks, facts)
