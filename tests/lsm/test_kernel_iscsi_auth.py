@@ -153,8 +153,9 @@ def acl_target(tgt_lun) -> Iterator[tuple[Path, str, str]]:
 
     host_iqn = host_initiator_name()
     assert host_iqn, "the nested host has no /etc/iscsi/initiatorname.iscsi"
-    # tgt checks the address ACL (ALL, from tgt_lun) and then the name ACL: once a name is
-    # bound, only the names bound get in.
+    # tgt admits an initiator that its address ACL or its name ACL lets in (with ALL bound, any
+    # name got in): the address ACL is emptied, the name ACL holds the host's name only.
+    tgtadm("--mode", "target", "--op", "unbind", "--tid", "1", "-I", "ALL")
     tgtadm("--mode", "target", "--op", "bind", "--tid", "1", "--initiator-name", host_iqn)
     password = secrets.token_hex(8)
     chap_account(password)
@@ -231,8 +232,11 @@ def test_native_iscsi_cli_logs_in_as_the_host(acl_target, guests, tmp_path) -> N
             path = tmp_path / f"{uuid.uuid4()}.json"
             path.write_text(json.dumps(info))
             extra = [str(path)]
+        # CONNECTION_INFO right after DOMAIN: argparse takes an optional positional only there
+        command, domain, *flags = argv
         return subprocess.run([env_py, "-m", "virtdriver", "--state-dir", str(tmp_path / "st"),
-                               *argv, *extra], capture_output=True, text=True, timeout=600)
+                               command, domain, *extra, *flags], capture_output=True,
+                              text=True, timeout=600)
 
     for extra in ((), ("--initiator-iqn", host_iqn)):
         vid = str(uuid.uuid4())

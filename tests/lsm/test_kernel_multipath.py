@@ -10,6 +10,7 @@ and both sessions.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import socket
@@ -219,7 +220,7 @@ def test_multipath_online_extend(two_portal_lun, multipathd, guests, tmp_path) -
         run("tgtadm", *tgt, "--op", "delete")
         run("tgtadm", *tgt, "--op", "new", "-b", str(two_portal_lun))
         result = driver.extend_volume_on_host(info)
-        assert result.size == new and result.complete, result.to_json()
+        assert result.size == new and result.complete, json.dumps(result.to_json(), indent=1)
         assert int(Path(f"/sys/block/{dm}/size").read_text()) * 512 == new
         for dom in (a, b):
             assert block_info(dom, alias).raw["inserted"]["image"]["virtual-size"] == new
