@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -23,8 +24,10 @@ from pathlib import Path
 
 import libvirt
 
+# testhosts/ is not installed: it comes from the checkout this script is in
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from virtdriver import LibvirtVolumeDriver, build_disk
-from virtdriver.guests import DeviceEvents, Guests, detach_and_wait, open_connection, sparse_file
+from testhosts.guests import DeviceEvents, Guests, detach_and_wait, open_connection, sparse_file
 
 FLAGS = libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_AFFECT_CONFIG
 

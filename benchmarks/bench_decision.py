@@ -12,14 +12,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+# testhosts/ is not installed: it comes from the checkout this script is in
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from virtdriver import LibvirtVolumeDriver
-from virtdriver.guests import Guests, open_connection, sparse_file
+from testhosts.guests import Guests, open_connection, sparse_file
 
 
 def main() -> None:

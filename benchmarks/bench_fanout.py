@@ -22,8 +22,10 @@ from pathlib import Path
 
 import libvirt
 
+# testhosts/ is not installed: it comes from the checkout this script is in
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from virtdriver import LibvirtVolumeDriver, build_disk
-from virtdriver.guests import Guests, open_connection, sparse_file
+from testhosts.guests import Guests, open_connection, sparse_file
 from virtdriver.hypervisor import brick
 
 FLAGS = libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_AFFECT_CONFIG

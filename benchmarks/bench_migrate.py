@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_migrate.py [--rounds 3]
 
 Two libvirt daemons on this machine: the host's, and a private one in its own mount namespace
-with its own host UUID (``virtdriver.guests.private_libvirtd``). Guest A has a multiattach
+with its own host UUID (``testhosts.guests.private_libvirtd``). Guest A has a multiattach
 ``local`` volume (a loop device) read-write, guest B on the source the same volume read-only.
 Raw: ``migrate3`` of A with the same flags and its own XML, nothing prepared or released.
 Driver: ``LibvirtVolumeDriver.migrate`` (prepare on the destination, the disks rendered for it,
@@ -18,15 +18,19 @@ import argparse
 import json
 import socket
 import statistics
+import sys
 import tempfile
 import time
 import uuid
+from pathlib import Path
 
 import libvirt
 
+# testhosts/ is not installed: it comes from the checkout this script is in
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from virtdriver import LibvirtVolumeDriver
-from virtdriver.guests import Guests, LoopDevice, open_connection
-from virtdriver.guests.private_libvirtd import PrivateLibvirtd
+from testhosts.guests import Guests, LoopDevice, open_connection
+from testhosts.guests.private_libvirtd import PrivateLibvirtd
 
 FLAGS = (libvirt.VIR_MIGRATE_LIVE | libvirt.VIR_MIGRATE_PERSIST_DEST
          | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE)

@@ -1,42 +1,88 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh machine: host setup (libvirt, QEMU, .venv), the storage
-# test backends on 127.0.0.1 (tgt, qemu-nbd, Ceph, Gluster) and a real Cinder on that Ceph (all
-# torn down afterwards if this run started them), then pytest.
-# Then nova's own libvirt volume tests against virtdriver.nova and its real-guest test
-# (scripts/nova-suite.sh; its nova venv is cached under /var/tmp; VIRTDRIVER_SKIP_NOVA=1 skips it).
-# The in-guest tests build their Linux test guest (testhosts/linuxguest) from the pytest fixture,
-# cached under /var/tmp/virtdriver-linuxguest.
-# Then tests/lsm inside the nested test host, booted once with SELinux enforcing and once with
-# AppArmor (scripts/test-nested.sh; image cached under /var/tmp/virtdriver-nested, about 15 min
-# on a fresh machine: testhosts/README.md; VIRTDRIVER_SKIP_NESTED=1 skips it for quick local
-# runs, CI runs it). Extra arguments go to the host's pytest.
+# The whole test suite, from a fresh machine, or one of its layers (README.md: "Test layers").
+#
+#   ./scripts/test.sh                 everything (CI: .ci/run), the layers below in this order
+#   ./scripts/test.sh --fast          no libvirtd, no guest, no backend: model, render, policy,
+#                                     reader, CLI input handling (pytest -m "not hypervisor and
+#                                     not kernel_initiator"); sets up only .venv if it is missing
+#   ./scripts/test.sh --hypervisor    host setup (libvirt, QEMU, .venv), the storage test backends
+#                                     on 127.0.0.1 (tgt, qemu-nbd, Ceph, Gluster) and a real Cinder
+#                                     on that Ceph (torn down afterwards if this run started them),
+#                                     then the pytest tests marked `hypervisor` or
+#                                     `kernel_initiator` (real libvirtd,
+#                                     guests, in-guest tests: testhosts/linuxguest, cached under
+#                                     /var/tmp/virtdriver-linuxguest)
+#   ./scripts/test.sh --nova          nova 34's own tests through virtdriver.nova beside nova's own
+#                                     driver: volume-driver tests, test_driver.py's volume tests,
+#                                     functional tests of volumes, then tests/nova (fidelity, real
+#                                     guests) (scripts/nova-suite.sh: about 8-10 min on 2 cores;
+#                                     its venv cached under /var/tmp)
+#   ./scripts/test.sh --nested        tests/lsm inside the nested test host, once with SELinux
+#                                     enforcing and once with AppArmor (scripts/test-nested.sh;
+#                                     image cached under /var/tmp/virtdriver-nested, about 15 min
+#                                     on a fresh machine: testhosts/README.md)
+#
+# Layer options combine (--fast --nova). Without one, everything runs: pytest over the fast and
+# the hypervisor tests in one session, then nova, then nested; VIRTDRIVER_SKIP_NOVA=1 and
+# VIRTDRIVER_SKIP_NESTED=1 leave those out of the whole run (CI runs them). Arguments after the
+# options (or after --) go to pytest.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
-./scripts/setup-host.sh
-started_backends=0
-if ! ./scripts/test-backends.sh status >/dev/null 2>&1; then
-    started_backends=1
-    ./scripts/test-backends.sh up || echo "test.sh: some storage backends did not start" >&2
+
+fast=0 hypervisor=0 nova=0 nested=0 chosen=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --fast) fast=1 chosen=1 ;;
+        --hypervisor) hypervisor=1 chosen=1 ;;
+        --nova) nova=1 chosen=1 ;;
+        --nested) nested=1 chosen=1 ;;
+        --) shift; break ;;
+        *) break ;;
+    esac
+    shift
+done
+if [ "$chosen" = 0 ]; then
+    fast=1 hypervisor=1
+    [ "${VIRTDRIVER_SKIP_NOVA:-0}" = 1 ] || nova=1
+    [ "${VIRTDRIVER_SKIP_NESTED:-0}" = 1 ] || nested=1
 fi
-# a real Cinder on the test Ceph (scripts/test-cinder.sh; its venv is cached under /var/tmp):
-# 6.5-10.6 s to start (db sync + one process), about 1.5 minutes more the first time (its venv)
-started_cinder=0
-if ! ./scripts/test-cinder.sh status >/dev/null 2>&1; then
-    started_cinder=1
-    ./scripts/test-cinder.sh up || echo "test.sh: Cinder did not start" >&2
-fi
-cleanup() {
-    if [ "$started_cinder" = 1 ]; then ./scripts/test-cinder.sh down || true; fi
-    if [ "$started_backends" = 1 ]; then ./scripts/test-backends.sh down || true; fi
-}
-trap cleanup EXIT
+
 status=0
-.venv/bin/python -m pytest "$@" || status=$?
-if [ "${VIRTDRIVER_SKIP_NOVA:-0}" != 1 ]; then
+if [ "$hypervisor" = 1 ] || [ "$nova" = 1 ] || [ "$nested" = 1 ] || [ ! -x .venv/bin/python ]; then
+    ./scripts/setup-host.sh
+fi
+
+if [ "$hypervisor" = 1 ]; then
+    started_backends=0
+    if ! ./scripts/test-backends.sh status >/dev/null 2>&1; then
+        started_backends=1
+        ./scripts/test-backends.sh up || echo "test.sh: some storage backends did not start" >&2
+    fi
+    # a real Cinder on the test Ceph (scripts/test-cinder.sh; its venv is cached under /var/tmp):
+    # 6.5-10.6 s to start (db sync + one process), about 1.5 minutes more the first time (its venv)
+    started_cinder=0
+    if ! ./scripts/test-cinder.sh status >/dev/null 2>&1; then
+        started_cinder=1
+        ./scripts/test-cinder.sh up || echo "test.sh: Cinder did not start" >&2
+    fi
+    cleanup() {
+        if [ "$started_cinder" = 1 ]; then ./scripts/test-cinder.sh down || true; fi
+        if [ "$started_backends" = 1 ]; then ./scripts/test-backends.sh down || true; fi
+    }
+    trap cleanup EXIT
+    if [ "$fast" = 1 ]; then
+        .venv/bin/python -m pytest "$@" || status=$?  # one session: fast and hypervisor tests
+    else
+        .venv/bin/python -m pytest -m "hypervisor or kernel_initiator" "$@" || status=$?
+    fi
+elif [ "$fast" = 1 ]; then
+    .venv/bin/python -m pytest -q -m "not hypervisor and not kernel_initiator" "$@" || status=$?
+fi
+if [ "$nova" = 1 ]; then
     ./scripts/nova-suite.sh || status=1
 fi
-if [ "${VIRTDRIVER_SKIP_NESTED:-0}" != 1 ]; then
+if [ "$nested" = 1 ]; then
     # One VM at a time (2 cores): SELinux, then AppArmor; the image is built once for both.
     ./scripts/test-nested.sh --lsm selinux || status=1
     ./scripts/test-nested.sh --lsm apparmor || status=1

@@ -16,7 +16,7 @@ import secrets
 
 import libvirt
 
-from virtdriver.guests import DeviceEvents, detach_and_wait
+from testhosts.guests import DeviceEvents, detach_and_wait
 
 _DOMAIN = """<domain type='kvm'>
   <name>{name}</name>
@@ -48,7 +48,7 @@ def start_refusal(conn: libvirt.virConnect, disk_xml: str, *, kvm: bool = True) 
     Slow when it starts (destroying takes about 1.5 s here): for a few examples only. Needed for
     ``<iotune>``, which libvirt 9.0 does not hand to QEMU on a live hot-plug.
     """
-    from virtdriver.guests import guest_xml
+    from testhosts.guests import guest_xml
 
     name = f"vdtest-oracle-{secrets.token_hex(4)}"
     xml = guest_xml(name, kvm=kvm).replace("</devices>", disk_xml + "</devices>")
@@ -79,7 +79,7 @@ def throttle_mismatch(dom: libvirt.virDomain, alias: str, disk_xml: str) -> str 
     throttling at all; this is how the oracle sees it."""
     from lxml import etree
 
-    from virtdriver.guests.monitor import query_block
+    from testhosts.guests.monitor import query_block
 
     iotune = etree.fromstring(disk_xml.encode()).find("iotune")
     if iotune is None:

@@ -21,7 +21,7 @@ import pytest
 from tests.support.backends import need
 from virtdriver import LibvirtVolumeDriver
 from virtdriver.errors import HostConnectFailed
-from virtdriver.guests import block_info, read_pattern
+from testhosts.guests import block_info, read_pattern
 
 from .support.sharedio import writer_shares_with_reader
 

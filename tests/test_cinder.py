@@ -20,7 +20,7 @@ from tests.support.backends import need
 from virtdriver import LibvirtVolumeDriver
 from virtdriver.cinder import Cinder
 from virtdriver.errors import CinderError, PolicyRefusal
-from virtdriver.guests import block_info, read_pattern, write_pattern
+from testhosts.guests import block_info, read_pattern, write_pattern
 from virtdriver.render import build_disk
 
 from .support.sharedio import writer_shares_with_reader

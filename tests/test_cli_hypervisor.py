@@ -82,7 +82,7 @@ def test_attach_many_prints_progress_and_a_summary(guests, tmp_path) -> None:
 
 def test_attach_many_says_rolled_back_for_guests_that_took_the_disk(guests, system_conn,
                                                                    tmp_path) -> None:
-    from virtdriver.guests import guest_xml, kvm_available
+    from testhosts.guests import guest_xml, kvm_available
 
     doms = [guests.start(f"r{i}") for i in range(2)]
     # No SCSI controller: the disk goes on virtio, which QEMU cannot hot-plug into this guest.

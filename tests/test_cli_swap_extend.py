@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from virtdriver.guests import LoopDevice, query_block, read_pattern, write_pattern
+from testhosts.guests import LoopDevice, query_block, read_pattern, write_pattern
 
 from .support.volumes import local_volume
 

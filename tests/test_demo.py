@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.linuxguest import linux_image  # noqa: F401 - fixture, found by name
+
 pytestmark = pytest.mark.hypervisor
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = [sys.executable, "-m", "virtdriver.demo"]
@@ -114,3 +116,24 @@ def test_an_interrupt_swallowed_by_a_callback_still_stops_the_story(
     with pytest.raises(KeyboardInterrupt):
         story.next("the step after the interrupt")
     assert "the step after" not in capsys.readouterr().out
+
+
+def test_the_guest_view_shows_each_guest_s_own_kernel(linux_image) -> None:
+    """``--guest-view``: the story on two Linux test guests, with lines from inside them (the
+    image is built by the fixture, as the demo would on first use)."""
+    before = workspaces()
+    done = subprocess.run([*DEMO, "--guest-view"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, check=False)  # the timeout only guards against a hang
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert done.stderr == ""
+    inside = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("[inside ")]
+    said = [ln.split("]", 1)[1].strip() for ln in inside if "] $ " not in ln]
+    assert said[:2] == [said[0]] * 2 and said[0].startswith("Linux ")  # uname, both guests
+    assert said[2].endswith("read-only 0, 33554432 bytes")  # A's kernel: writable
+    assert said[3].endswith("read-only 1, 33554432 bytes")  # B's kernel: read-only
+    assert said[4] == " ".join(["5a"] * 16)  # B reads A's pattern with O_DIRECT
+    assert said[5].endswith("Read-only file system (exit 1)")  # B's own write, refused
+    assert said[6].startswith("disks:") and "sd" not in said[6]  # gone from A after detach
+    assert "Cleaned up guests, loop device and temporary files." in out
+    assert workspaces() == before

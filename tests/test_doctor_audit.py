@@ -17,7 +17,7 @@ import pytest
 from virtdriver.audit import AuditAttachment, audit_host, dangers_of
 from virtdriver.cli import main
 from virtdriver.doctor import STATUSES, image_contexts, security_models, selinux_mode
-from virtdriver.guests import DeviceEvents, detach_and_wait
+from testhosts.guests import DeviceEvents, detach_and_wait
 
 from .support.volumes import local_volume
 
@@ -48,7 +48,8 @@ def test_doctor_table_says_multiattach_works_here(system_conn, tmp_path: Path,
         assert row[detail_at - 2:detail_at] == "  " and row[detail_at] != " ", row
     text = "\n".join(rows)
     for check in ("libvirt", "qemu", "multiattach", "kvm", "security drivers", "selinux",
-                  "state dir", "mount base", "connector", "iscsi", "rbd", "nbd", "local"):
+                  "state dir", "mount base", "connector", "iscsi", "rbd", "nbd", "local",
+                  "reservations"):
         assert f" {check} " in text, check
     assert "share-rw=on" in text
     assert "FAIL" not in text
@@ -72,6 +73,11 @@ def test_doctor_json_reports_every_check_and_the_facts(system_conn, tmp_path: Pa
     assert facts["protocols"]["local"]["kernel"] is True
     assert facts["protocols"]["nbd"]["qemu"] is True  # QEMU's nbd driver is built in
     assert facts["kvm"]["domain_capabilities"] in (True, False)
+    # SCSI reservations: this host's QEMU has libiscsi and qemu-pr-helper (setup-host.sh)
+    assert facts["reservations"]["qemu_native_iscsi"] is True
+    assert facts["reservations"]["host_block_devices"] is True
+    [check] = [c for c in report["checks"] if c["name"] == "reservations"]
+    assert check["status"] == "ok" and "host block devices: yes" in check["detail"]
 
 
 def test_doctor_fails_when_locks_cannot_be_taken(system_conn, tmp_path: Path,

@@ -15,7 +15,7 @@ from virtdriver.errors import (
     NotAttached,
     VolumeInUse,
 )
-from virtdriver.guests import LoopDevice, block_info, read_pattern, write_pattern
+from testhosts.guests import LoopDevice, block_info, read_pattern, write_pattern
 
 from .support.volumes import file_volume, local_volume
 
@@ -71,7 +71,7 @@ def test_fan_out_refuses_one_guest_named_twice(guests, volume_driver, loop_devic
 
 
 def test_fan_out_is_all_or_nothing(guests, volume_driver, loop_device, system_conn) -> None:
-    from virtdriver.guests import guest_xml, kvm_available
+    from testhosts.guests import guest_xml, kvm_available
 
     doms = [guests.start(f"f{i}") for i in range(2)]
     # A third guest without a SCSI controller: its disk goes on virtio, and QEMU refuses to
@@ -184,7 +184,7 @@ def test_extend_reaches_every_guest_rw_and_ro(guests, volume_driver) -> None:
     """A volume rw in A, ro in B and in C (shut off): one extend on the host, every QEMU shows
     the new size; B's read-only node was opened anew (libvirt refuses to resize it) and B reads
     what A wrote beyond the old end, and still cannot write."""
-    from virtdriver.guests import ReadOnlyWrite, query_block
+    from testhosts.guests import ReadOnlyWrite, query_block
 
     a, b, c = guests.start("ga"), guests.start("gb"), guests.start("gc")
     with LoopDevice(16 << 20) as loop:

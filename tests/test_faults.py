@@ -53,7 +53,7 @@ from virtdriver.errors import (
     NotAttached,
     VirtDriverError,
 )
-from virtdriver.guests import Guests, open_connection, read_pattern, sparse_file, write_pattern
+from testhosts.guests import Guests, open_connection, read_pattern, sparse_file, write_pattern
 from virtdriver.hypervisor.locks import lock_is_free
 
 pytestmark = pytest.mark.hypervisor
@@ -247,7 +247,7 @@ def test_b_a_refused_attach_keeps_the_other_guests_attachment(
 
 @pytest.fixture(scope="module")
 def private_libvirtd() -> Iterator[Any]:
-    from virtdriver.guests import private_libvirtd as pl
+    from testhosts.guests import private_libvirtd as pl
 
     reason = pl.available()
     if reason is not None:

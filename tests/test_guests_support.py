@@ -1,4 +1,4 @@
-"""Proof that virtdriver.guests works against the real libvirtd and embedded driver."""
+"""Proof that testhosts.guests works against the real libvirtd and embedded driver."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from lxml import etree
 
 from tests.support.volumes import disk_xml
-from virtdriver import guests as g
+from testhosts import guests as g
 
 SCHEMA = Path("/usr/share/libvirt/schemas/domain.rng")
 

@@ -10,7 +10,7 @@ import libvirt
 import pytest
 
 from virtdriver.errors import AttachFailed, NotAttached, VolumeInUse
-from virtdriver.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
+from testhosts.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
 
 from .support.volumes import file_volume, local_volume
 

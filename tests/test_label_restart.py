@@ -19,7 +19,7 @@ import pytest
 
 from virtdriver import LibvirtVolumeDriver
 from virtdriver.errors import UnsafeAttachment
-from virtdriver.guests import block_info
+from testhosts.guests import block_info
 from virtdriver.hypervisor.connection import security_models
 
 from .support.labels import restart, shared_guests_survive_restart

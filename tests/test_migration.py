@@ -51,7 +51,7 @@ from tests.support.migration import (  # noqa: F401 - fixtures, found by name
 )
 from tests.support.volumes import local_volume
 from virtdriver.errors import MigrationFailed, MigrationRefused, VolumeInUse
-from virtdriver.guests import read_pattern, write_pattern
+from testhosts.guests import read_pattern, write_pattern
 
 pytestmark = pytest.mark.hypervisor
 

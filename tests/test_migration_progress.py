@@ -16,7 +16,7 @@ from tests.support.fixtures import made_guests, opened
 from tests.support.volumes import local_volume
 from virtdriver import LibvirtVolumeDriver
 from virtdriver.errors import MigrationFailed
-from virtdriver.guests import Guests, read_pattern, write_pattern
+from testhosts.guests import Guests, read_pattern, write_pattern
 from virtdriver.hypervisor import jobwatch
 
 pytestmark = pytest.mark.hypervisor
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.hypervisor
 
 @pytest.fixture(scope="module")
 def destination_daemon() -> Iterator[Any]:
-    from virtdriver.guests import private_libvirtd as pl
+    from testhosts.guests import private_libvirtd as pl
 
     reason = pl.available()
     if reason is not None:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.backends import need
-from virtdriver.guests import block_info, read_pattern, write_pattern
+from testhosts.guests import block_info, read_pattern, write_pattern
 from virtdriver.hypervisor import mounts
 from virtdriver.volume.remotefs import mount_point
 

@@ -28,7 +28,7 @@ from virtdriver.errors import VirtDriverError
 from virtdriver.policy import THROTTLE_MAX
 from virtdriver.render import QOS_KEYS
 
-from virtdriver.guests import kvm_available
+from testhosts.guests import kvm_available
 
 from .libvirt_oracle import HotPlugOracle, define_refusal, start_refusal
 
@@ -317,7 +317,7 @@ def test_a_bus_attach_cannot_hot_plug_is_refused_by_qemu_too(system_conn, tmp_pa
     controller, QEMU refuses to hot-plug a disk on either bus."""
     import secrets
 
-    from virtdriver.guests import guest_xml
+    from testhosts.guests import guest_xml
 
     (tmp_path / "x.raw").write_bytes(b"\0" * 4096)
     name = f"vdtest-nohotplug-{secrets.token_hex(4)}"

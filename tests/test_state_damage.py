@@ -22,7 +22,7 @@ import pytest
 
 from tests.support.volumes import local_volume
 from virtdriver.cli import main
-from virtdriver.guests import Guests, LoopDevice, open_connection
+from testhosts.guests import Guests, LoopDevice, open_connection
 from virtdriver.hypervisor.locks import file_token
 
 pytestmark = pytest.mark.hypervisor

@@ -26,7 +26,7 @@ import pytest
 from tests.support.invariants import InvariantChecker, volume_disks
 from tests.support.stress_ops import StressVolume, Tally, run_round
 from tests.support.volumes import file_volume, local_volume
-from virtdriver.guests import sparse_file
+from testhosts.guests import sparse_file
 
 pytestmark = pytest.mark.hypervisor
 

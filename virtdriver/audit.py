@@ -21,7 +21,13 @@ Dangers:
   libvirt does not run, so the guest will not start again (``virtdriver repair-labels``);
 - ``profile``: on an AppArmor host, a read-only attachment whose guest's profile lets its QEMU
   open the volume for writing (libvirt's hot-plug rule; see
-  :mod:`virtdriver.hypervisor.apparmor`).
+  :mod:`virtdriver.hypervisor.apparmor`);
+- ``fence``: two guests pass SCSI reservations (``device='lun'``) to the volume under one
+  initiator identity, so a reservation by one does not fence the other.
+
+Each ``device='lun'`` attachment also says how its guest's reservations reach the target and as
+which initiator (``reservations``; see :mod:`virtdriver.policy.reservations`): libvirt exposes
+that, not the registrations the target holds.
 """
 
 from __future__ import annotations
@@ -42,11 +48,12 @@ from virtdriver.hypervisor.seclabels import foreign_labels
 from virtdriver.hypervisor.hostconn import HostConnections
 from virtdriver.hypervisor.usage import DiskUse, DomainState, host_state, labels_of
 from virtdriver.policy.migration import still_arriving
+from virtdriver.policy.reservations import fence_message, reservation_route, shared_identities
 from virtdriver.policy.sharing import Danger, Use, dangers
 from virtdriver.tables import table_lines
 
 DANGER_KINDS: Final = ("unshared", "cache", "format", "labels", "identity", "leak", "record",
-                       "startup", "profile", "cinder")
+                       "startup", "profile", "cinder", "fence")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +72,7 @@ class AuditAttachment:
     alias: str | None
     source: str
     state: str
+    reservations: str = ""  # device='lun': how its SCSI reservations reach the target, as whom
 
 
 @dataclasses.dataclass
@@ -208,7 +216,8 @@ def attachment_of(use: DiskUse) -> AuditAttachment:
         mode="ro" if disk.readonly else "rw", shareable=disk.shareable,
         cache=driver.cache if driver else None, format=driver.type if driver else None,
         labels=labels_of(disk), alias=use.device_alias, source=describe_source(disk),
-        state="live" if use.live else "config")
+        state="live" if use.live else "config",
+        reservations=route[0] if (route := reservation_route(disk, use.domain_uuid)) else "")
 
 
 def merge_views(attachments: list[AuditAttachment]) -> list[AuditAttachment]:
@@ -231,7 +240,17 @@ def _audit_group(group: list[DiskUse], recorded: list[str]) -> VolumeAudit:
     volume = ", ".join(ids) or "-"
     sources = sorted({a.source for a in attachments if a.source})
     return VolumeAudit(volume, ", ".join(sources), attachments,
-                       dangers([u.as_use() for u in group]), any(v in recorded for v in ids))
+                       dangers([u.as_use() for u in group]) + _fence_dangers(group),
+                       any(v in recorded for v in ids))
+
+
+def _fence_dangers(group: list[DiskUse]) -> list[Danger]:
+    """Guests of this host that reach the volume's reservations as one initiator (live disks:
+    a definition's disk reaches nothing until its guest runs)."""
+    routes = [(u.domain_name, route) for u in group
+              if u.live and (route := reservation_route(u.disk, u.domain_uuid)) is not None]
+    return [Danger("fence", fence_message(guests, identity))
+            for identity, guests in sorted(shared_identities(routes).items(), key=str)]
 
 
 def dangers_of(attachments: list[AuditAttachment]) -> list[Danger]:
@@ -288,6 +307,8 @@ def format_report(report: AuditReport) -> str:
                                              "shareable": "yes" if a.shareable else "no"}
                     for a in vol.attachments]
             lines += ["  " + ln for ln in table_lines(rows, ATTACHMENT_COLUMNS)]
+            lines += [f"  reservations: {a.guest} ({a.device}): {a.reservations}"
+                      for a in vol.attachments if a.reservations]
         else:
             lines.append("  (no guest uses it)")
         lines += [f"  DANGER {d.kind}: {d.message}" for d in vol.dangers]

@@ -19,6 +19,7 @@ from virtdriver.attachment import Attachment
 from virtdriver.cinder import Cinder
 from virtdriver.errors import CinderError, HypervisorError, VirtDriverError
 from virtdriver.hypervisor.connection import libvirt_message
+from virtdriver.hypervisor.metadata import write_element
 
 NS = "https://virtdriver.dev/xmlns/cinder/1"
 PREFIX = "virtdriver-cinder"
@@ -92,12 +93,9 @@ def _read(dom: libvirt.virDomain, flag: int) -> dict[str, tuple[str, str]]:
 
 
 def _write(dom: libvirt.virDomain, notes: dict[str, tuple[str, str]], flag: int) -> None:
-    root = etree.Element("cinder")
-    for volume, (att_id, url) in sorted(notes.items()):
-        etree.SubElement(root, "attachment", volume=volume, id=att_id, url=url)
-    xml = etree.tostring(root, encoding="unicode") if notes else None
-    dom.setMetadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, xml, PREFIX if notes else None, NS,
-                    flag)
+    write_element(dom, "cinder", NS, PREFIX, flag, [
+        ("attachment", {"volume": volume, "id": att_id, "url": url})
+        for volume, (att_id, url) in sorted(notes.items())])
 
 
 def _change(driver: Any, instance: str, volume_id: str, value: tuple[str, str] | None) -> None:

@@ -2,6 +2,7 @@
 
     python -m virtdriver.demo            # through qemu:///embed (no daemon), else qemu:///system
     python -m virtdriver.demo --uri qemu:///system
+    python -m virtdriver.demo --guest-view   # two small Linux guests, and lines from inside
 
 Two OS-less guests are started; a loop device over a sparse file becomes a multiattach volume,
 attached read-write to the first and read-only to the second through
@@ -9,6 +10,8 @@ attached read-write to the first and read-only to the second through
 (``qemu-io`` through the monitor, i.e. through the guest's own block backend), the second reads
 it, its own write is refused, a detach leaves the other attachment working, and the last detach
 releases the host connection. Everything made is removed again, on failure and Ctrl-C too.
+With ``--guest-view`` the guests are the project's small Linux test guest and each step adds
+what the guests' own kernels say (:mod:`virtdriver.demo_view`; some 20 s more).
 
 The embedded driver takes over every ``qemu:///`` URI of its process: run this in a process of its
 own (a subprocess in tests), never inside another libvirt user.
@@ -40,18 +43,28 @@ os.environ.setdefault("LIBVIRT_LOG_OUTPUTS", "4:file:/dev/null")
 import libvirt  # noqa: E402
 
 from virtdriver.errors import VirtDriverError, VolumeInUse  # noqa: E402
-from virtdriver.guests import (  # noqa: E402
-    SYSTEM_URI,
-    Guests,
-    LoopDevice,
-    LoopDeviceError,
-    QemuIoError,
-    ReadOnlyWrite,
-    ensure_event_loop,
-    prepare_embed_root,
-    read_pattern,
-    write_pattern,
-)
+
+# The demo's guests come from the test hosts (testhosts/guests: OS-less guests, loop devices,
+# qemu-io), which a source checkout has and the product wheel does not install.
+try:
+    from testhosts.guests import (
+        SYSTEM_URI,
+        Guests,
+        LoopDevice,
+        LoopDeviceError,
+        QemuIoError,
+        ReadOnlyWrite,
+        ensure_event_loop,
+        prepare_embed_root,
+        read_pattern,
+        write_pattern,
+    )
+except ModuleNotFoundError as exc:  # pragma: no cover - a wheel install without the checkout
+    if exc.name is None or not exc.name.startswith("testhosts"):
+        raise
+    raise SystemExit("virtdriver demo: needs the test hosts (testhosts/guests) of a virtdriver source "
+                     "checkout; run ./scripts/demo.sh there, or python -m virtdriver.demo from its "
+                     "top directory") from None
 
 VOLUME_BYTES = 32 * 1024 * 1024
 PATTERN = 0x5A
@@ -73,6 +86,7 @@ class Workspace:
         self.guests: Guests | None = None
         self.loop: LoopDevice | None = None
         self.closers: list[Callable[[], None]] = []
+        self.view: Any = None  # demo_view.LinuxPair with --guest-view
 
     def open(self, uri: str | None) -> str:
         """Open ``uri``, or by default an embedded driver under the workspace (else system)."""
@@ -101,6 +115,15 @@ class Workspace:
     def start_guest(self, name: str) -> libvirt.virDomain:
         assert self.guests is not None
         return self.guests.start(name, persistent=False)  # transient: destroyed is gone
+
+    def start_linux_guests(self, *names: str) -> list[libvirt.virDomain]:
+        from virtdriver import demo_view
+
+        root = demo_view.image()
+        assert self.conn is not None
+        self.view = demo_view.LinuxPair(self.conn, demo_view.private_copy(root, self.dir))
+        self.closers.append(self.view.close)
+        return self.view.start(*names)
 
     def loop_over_sparse_file(self, size: int) -> str:
         self.loop = LoopDevice(size, directory=self.dir)
@@ -165,7 +188,14 @@ def attachments_table(driver: Any, guests: Sequence[str]) -> list[str]:
     return table_lines(rows, ATTACHMENT_COLUMNS) if rows else ["(no attachments)"]
 
 
-def run(story: Story, ws: Workspace, uri: str | None) -> None:
+def inside(story: Story, ws: Workspace, dom: libvirt.virDomain, command: str) -> None:
+    """With the guest view: ``command`` run in the guest, and the line it printed."""
+    if ws.view is not None:
+        story.say(f"      [inside {dom.name()}] $ {command}\n"
+                  f"      [inside {dom.name()}]   {ws.view.say(dom, command)}")
+
+
+def run(story: Story, ws: Workspace, uri: str | None, guest_view: bool = False) -> None:
     from virtdriver.driver import LibvirtVolumeDriver
 
     uri = ws.open(uri)
@@ -173,10 +203,18 @@ def run(story: Story, ws: Workspace, uri: str | None) -> None:
     story.say(f"virtdriver demo: one multiattach volume shared by two running guests\n"
               f"   libvirt: {'qemu:///embed (in this process, no daemon)' if embedded else uri}")
 
-    story.next("Start two guests with no OS, a virtio-scsi controller each")
-    a, b = ws.start_guest("guest-a"), ws.start_guest("guest-b")
-    story.result(f"{a.name()} and {b.name()} running "
-                 f"({'KVM' if ws.kvm else 'TCG emulation: no usable KVM'})")
+    if guest_view:
+        story.next("Start two small Linux guests (Debian's kernel and busybox, TCG)")
+        a, b = ws.start_linux_guests("guest-a", "guest-b")
+        story.result(f"{a.name()} and {b.name()} running; each answers commands on a "
+                     "virtio-serial port")
+        for dom in (a, b):
+            inside(story, ws, dom, "uname -sr")
+    else:
+        story.next("Start two guests with no OS, a virtio-scsi controller each")
+        a, b = ws.start_guest("guest-a"), ws.start_guest("guest-b")
+        story.result(f"{a.name()} and {b.name()} running "
+                     f"({'KVM' if ws.kvm else 'TCG emulation: no usable KVM'})")
 
     device = ws.loop_over_sparse_file(VOLUME_BYTES)
     vid = str(uuid.uuid4())
@@ -197,12 +235,23 @@ def run(story: Story, ws: Workspace, uri: str | None) -> None:
     story.say("")
     for line in attachments_table(driver, [a.name(), b.name()]):
         story.say(f"   {line}")
+    disks = {}
+    if ws.view is not None:
+        story.say("")
+        for dom in (a, b):
+            disks[dom.name()] = ws.view.disk(dom, vid)
+            inside(story, ws, dom, f"echo {disks[dom.name()]}: read-only "
+                                   f"$(blockdev --getro /dev/{disks[dom.name()]}),"
+                                   f" $(blockdev --getsize64 /dev/{disks[dom.name()]}) bytes")
 
     story.next(f"{a.name()} writes 4 KiB of {PATTERN:#04x} through its own disk")
     out = write_pattern(a, alias, PATTERN)
     story.result(out.splitlines()[0])
     story.expect(read_pattern(b, alias, PATTERN), f"{b.name()} did not see the data")
     story.result(f"{b.name()} reads the same bytes back: pattern {PATTERN:#04x} verified")
+    if disks:
+        inside(story, ws, b, f"dd if=/dev/{disks[b.name()]} bs=4096 count=1 iflag=direct "
+                             "2>/dev/null | od -An -tx1 | head -n1")
 
     story.next(f"{b.name()} tries to write to its read-only attachment")
     try:
@@ -211,6 +260,9 @@ def run(story: Story, ws: Workspace, uri: str | None) -> None:
         story.result(f"refused by QEMU: {refused.output.splitlines()[0]}")
     else:
         story.expect(False, f"the read-only write was not refused: {out!r}")
+    if disks:
+        inside(story, ws, b, f"dd if=/dev/zero of=/dev/{disks[b.name()]} bs=4096 count=1 "
+                             "oflag=direct")
 
     story.next(f"{b.name()} asks for the same device as another volume that is not multiattach")
     other = str(uuid.uuid4())
@@ -228,6 +280,9 @@ def run(story: Story, ws: Workspace, uri: str | None) -> None:
     story.result(f"host connection kept: {b.name()} still uses the volume")
     story.expect(read_pattern(b, alias, PATTERN), f"{b.name()} lost the data")
     story.result(f"{b.name()} still reads {PATTERN:#04x}")
+    if disks:
+        inside(story, ws, a, f"n=0; while [ -e /sys/block/{disks[a.name()]} ] && [ $n -lt 150 ];"
+                             " do sleep 0.2; n=$((n+1)); done; echo disks: $(ls /sys/block)")
 
     story.next(f"Detach from {b.name()}, the last user on this host")
     driver.detach_volume(b.name(), vid)
@@ -259,6 +314,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Share one volume between two running guests, read-write and read-only.")
     parser.add_argument("--uri", help="libvirt URI (default: qemu:///embed in a temporary root, "
                                       "else qemu:///system)")
+    parser.add_argument("--guest-view", action="store_true",
+                        help="run the story on two small Linux guests (the project's test "
+                             "guest, built on first use, TCG: some 20 s more) and show lines "
+                             "from inside them")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     if os.geteuid() != 0:
@@ -270,13 +329,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ws = Workspace()
     status = 0
     try:
-        run(story, ws, args.uri)
+        run(story, ws, args.uri, args.guest_view)
         _stop_if_interrupted()
     except KeyboardInterrupt:
         print("\ndemo: interrupted", file=sys.stderr)
         status = 130
     except (DemoFailed, QemuIoError, LoopDeviceError, VirtDriverError, libvirt.libvirtError,
-            subprocess.CalledProcessError, OSError) as exc:
+            subprocess.CalledProcessError, OSError, RuntimeError) as exc:
         print(f"\ndemo: error: {' '.join(str(exc).split())}", file=sys.stderr)
         status = 1
     finally:

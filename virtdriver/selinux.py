@@ -15,6 +15,8 @@ import ctypes.util
 import functools
 from pathlib import Path
 
+from virtdriver.hostfiles import setting
+
 SELINUX_ROOT = Path("/etc/selinux")
 DEFAULT_POLICY = "targeted"  # libselinux's own default when SELINUXTYPE is not set
 
@@ -22,15 +24,8 @@ DEFAULT_POLICY = "targeted"  # libselinux's own default when SELINUXTYPE is not 
 def policy_name(config: Path = SELINUX_ROOT / "config") -> str:
     """The policy named by ``SELINUXTYPE`` in ``/etc/selinux/config`` (libselinux's default,
     ``targeted``, when the file or the line is missing)."""
-    try:
-        lines = config.read_text().splitlines()
-    except (OSError, UnicodeDecodeError):
-        return DEFAULT_POLICY
-    for line in lines:
-        key, sep, value = line.strip().partition("=")
-        if sep and key.strip() == "SELINUXTYPE" and value.strip():
-            return value.strip().strip("\"'")
-    return DEFAULT_POLICY
+    value = setting(config, "SELINUXTYPE")
+    return value.strip("\"'") if value else DEFAULT_POLICY
 
 
 @functools.cache

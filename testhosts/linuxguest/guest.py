@@ -4,25 +4,35 @@ This host's KVM runs only kernels built for it ("PVM"); Debian's kernel boots un
 so the guest is ``<domain type='qemu'>``. Commands go over a virtio-serial port bound to a unix
 socket on the host (no network): :meth:`LinuxGuest.run` sends a shell script and returns its
 output and exit code (see ``init.sh`` for the protocol).
+
+The socket's path is libvirt's own choice (``<source mode='bind'/>`` without a path: a file in
+libvirt's channel directory for the domain), read back from the live XML. So the guest can be
+live-migrated: libvirt leaves such a path out of the migratable XML and the destination binds
+one of its own, where a fixed path would be bound by both QEMUs during the migration and
+unlinked by the source's libvirt when the source QEMU stops. :meth:`LinuxGuest.moved` follows
+the guest to its new host.
 """
 
 from __future__ import annotations
 
 import base64
-import os
 import secrets
 import socket
 import time
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
 import libvirt
 
-from virtdriver.guests import ignore_gone
+from testhosts.guests import ignore_gone
 
 NAME_PREFIX = "vdtest-lg-"
 RUN_DIR = Path("/var/tmp/virtdriver-linuxguest/run")
-CMDLINE = "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init"
+CHANNEL = "vd.cmd"
+# no_timer_check: on a loaded host, TCG can miss the kernel's IO-APIC timer check, which then
+# panics ("IO-APIC + timer doesn't work!"); the check only matters on real hardware.
+CMDLINE = "console=ttyS0 quiet loglevel=3 panic=-1 no_timer_check rdinit=/init"
 
 
 class GuestCommandError(RuntimeError):
@@ -40,8 +50,7 @@ class Result:
         return self.rc == 0
 
 
-def domain_xml(name: str, image: Path, socket_path: Path, log_path: Path,
-               memory_mib: int = 256) -> str:
+def domain_xml(name: str, image: Path, log_path: Path, memory_mib: int = 256) -> str:
     return f"""<domain type='qemu'>
   <name>{name}</name>
   <memory unit='MiB'>{memory_mib}</memory>
@@ -58,15 +67,26 @@ def domain_xml(name: str, image: Path, socket_path: Path, log_path: Path,
   <devices>
     <controller type='scsi' index='0' model='virtio-scsi'/>
     <controller type='virtio-serial' index='0'/>
-    <serial type='file'><source path='{log_path}'/><target port='0'/></serial>
+    <serial type='file'><source path='{log_path}' append='on'/><target port='0'/></serial>
     <channel type='unix'>
-      <source mode='bind' path='{socket_path}'/>
-      <target type='virtio' name='vd.cmd'/>
+      <source mode='bind'/>
+      <target type='virtio' name='{CHANNEL}'/>
     </channel>
     <memballoon model='none'/>
   </devices>
 </domain>
 """
+
+
+def channel_path(dom: libvirt.virDomain) -> Path:
+    """The unix socket libvirt bound for the guest's command port (live XML)."""
+    root = ET.fromstring(dom.XMLDesc(0))
+    for channel in root.iterfind("devices/channel"):
+        target, source = channel.find("target"), channel.find("source")
+        if target is not None and target.get("name") == CHANNEL and source is not None:
+            if source.get("path"):
+                return Path(source.get("path", ""))
+    raise GuestCommandError(f"{dom.name()}: no unix socket for channel {CHANNEL} in its XML")
 
 
 class LinuxGuest:
@@ -82,6 +102,13 @@ class LinuxGuest:
 
     def name(self) -> str:
         return self.dom.name()
+
+    def moved(self, dom: libvirt.virDomain, socket_path: Path) -> None:
+        """The guest now runs as ``dom`` (on another host), its port bound at ``socket_path``
+        (as this process sees that host's files). An answer still in flight is dropped."""
+        self.close()
+        self._buf = b""
+        self.dom, self.socket_path = dom, socket_path
 
     def _connect(self) -> socket.socket:
         if self._sock is None:
@@ -171,12 +198,12 @@ class LinuxGuests:
     def start(self, name: str = "g", *, wait: bool = True) -> LinuxGuest:
         """Create a transient guest and (``wait``) wait for its command prompt."""
         full = f"{NAME_PREFIX}{name}-{secrets.token_hex(4)}"
-        sock, log = RUN_DIR / f"{full}.sock", RUN_DIR / f"{full}.log"
-        xml = domain_xml(full, self.image, sock, log, self.memory_mib)
+        log = RUN_DIR / f"{full}.log"
+        xml = domain_xml(full, self.image, log, self.memory_mib)
         started = time.monotonic()
         self._made[full] = None  # type: ignore[assignment] # recorded before it exists
         dom = self.conn.createXML(xml, 0)
-        guest = self._made[full] = LinuxGuest(dom, sock, log)
+        guest = self._made[full] = LinuxGuest(dom, channel_path(dom), log)
         if wait:
             guest.wait_ready(self.boot_timeout)
             guest.boot_seconds = time.monotonic() - started
@@ -191,10 +218,7 @@ class LinuxGuests:
             except libvirt.libvirtError as exc:
                 if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
                     raise
-            sock = RUN_DIR / f"{full}.sock"
-            if sock.exists():
-                os.unlink(sock)  # the console log stays, for a look after a failure
-            del self._made[full]
+            del self._made[full]  # the console log stays, for a look after a failure
 
     def __enter__(self) -> LinuxGuests:
         return self

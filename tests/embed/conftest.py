@@ -10,7 +10,7 @@ import libvirt
 import pytest
 
 from tests.support.fixtures import made_guests, opened
-from virtdriver.guests import Guests, embed_uri, process_embed_root
+from testhosts.guests import Guests, embed_uri, process_embed_root
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,7 @@ import pytest
 from tests.support import EMBED_CHILD
 from tests.support.volumes import file_volume, local_volume
 from virtdriver.errors import AttachFailed, UnsafeAttachment
-from virtdriver.guests import (
+from testhosts.guests import (
     Guests,
     LoopDevice,
     ReadOnlyWrite,
@@ -162,7 +162,7 @@ def ownership(path: str | Path) -> tuple[int, int, int]:
 
 
 def qemu_pid(dom: libvirt.virDomain) -> int:
-    from virtdriver.guests import embed_root_of
+    from testhosts.guests import embed_root_of
 
     root = embed_root_of(dom.connect().getURI())
     assert root is not None

@@ -6,7 +6,7 @@ import pytest
 
 from tests.support.volumes import local_volume
 from virtdriver.errors import AttachFailed, VolumeInUse
-from virtdriver.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
+from testhosts.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
 
 pytestmark = pytest.mark.hypervisor
 

@@ -1,4 +1,4 @@
-"""virtdriver.guests against the embedded driver (in its own process, see tests/test_embed.py)."""
+"""testhosts.guests against the embedded driver (in its own process, see tests/test_embed.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import libvirt
 import pytest
 
 from tests.support.volumes import disk_xml
-from virtdriver import guests as g
+from testhosts import guests as g
 
 
 @pytest.mark.hypervisor

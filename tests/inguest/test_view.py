@@ -12,6 +12,7 @@ import pytest
 
 from tests.support.linuxguest import disk_by_serial, wait_disk_gone, wait_size
 from tests.support.volumes import local_volume
+from testhosts.guests import LoopDevice
 
 pytestmark = pytest.mark.hypervisor
 
@@ -97,3 +98,55 @@ def test_the_ro_guest_sees_an_online_extend(shared, volume_driver, loop_device) 
     b.check(f"echo 1 > /sys/class/block/{disk_b}/device/rescan")
     assert wait_size(b, disk_b, grown) == grown
     assert b.run(f"blockdev --getro /dev/{disk_b}").output.strip() == "1"
+
+
+def _write(guest, disk: str, block: int, text: str) -> None:
+    """One 4 KiB block of ``text`` repeated, written with O_DIRECT at ``block``."""
+    guest.check(f"yes {text} | head -c 4096 > /tmp/w && "
+                f"dd if=/tmp/w of=/dev/{disk} bs=4096 count=1 seek={block} oflag=direct")
+
+
+def _read(guest, disk: str, block: int) -> str:
+    """The first line of 4 KiB block ``block`` as the guest reads it with O_DIRECT ('' for
+    zeros)."""
+    out = guest.check(f"dd if=/dev/{disk} of=/tmp/r bs=4096 count=1 skip={block} iflag=direct"
+                      " 2>/dev/null; head -n1 /tmp/r | tr -d '\\000'")
+    return out.strip()
+
+
+def test_after_a_swap_the_guest_reads_and_writes_the_new_volume(
+        linux_pair, volume_driver, loop_device) -> None:
+    """A swaps its disk from one volume to another (block copy, then pivot) while B has the
+    new volume read-only: A reads on its same disk what it wrote before (copied over), and what
+    it writes afterwards B reads on the new volume, while the old volume, shown to B afterwards,
+    never got it."""
+    a, b = linux_pair
+    old = local_volume(loop_device.device, multiattach=True)
+    before, after = (f"virtdriver-{w}-{secrets.token_hex(6)}" for w in ("before", "after"))
+    with LoopDevice(loop_device.size) as other:
+        new = local_volume(other.device, multiattach=True)
+        old_id, new_id = old["data"]["volume_id"], new["data"]["volume_id"]
+        attached = []
+        try:
+            volume_driver.attach_volume(old, a.name(), attach_mode="rw")
+            attached.append((a, old_id))
+            volume_driver.attach_volume(new, b.name(), attach_mode="ro")
+            attached.append((b, new_id))
+            disk_a, disk_b = disk_by_serial(a, old_id), disk_by_serial(b, new_id)
+            _write(a, disk_a, 3, before)
+            assert _read(b, disk_b, 3) == ""  # the new volume has not got it yet
+
+            swapped = volume_driver.swap_volume(a.name(), old, new)
+            attached[0] = (a, new_id)
+            assert swapped.volumeId == new_id and swapped.attach_mode == "rw"
+
+            assert _read(a, disk_a, 3) == before  # the same disk in A, its data copied over
+            _write(a, disk_a, 5, after)
+            assert (_read(b, disk_b, 3), _read(b, disk_b, 5)) == (before, after)
+            volume_driver.attach_volume(old, b.name(), attach_mode="ro")
+            attached.append((b, old_id))
+            disk_old = disk_by_serial(b, old_id)
+            assert (_read(b, disk_old, 3), _read(b, disk_old, 5)) == (before, "")
+        finally:
+            for guest, vid in reversed(attached):
+                volume_driver.detach_volume(guest.name(), vid)

@@ -21,7 +21,7 @@ import pytest
 
 from tests.support.volumes import file_volume, local_volume
 from virtdriver import LibvirtVolumeDriver
-from virtdriver.guests import sparse_file
+from testhosts.guests import sparse_file
 
 pytestmark = pytest.mark.lsm_apparmor
 

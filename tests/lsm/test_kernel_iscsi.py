@@ -154,7 +154,7 @@ def test_kernel_iscsi_multiattach_through_the_driver(tgt_lun, guests, volume_dri
     Under SELinux, the disk (a kernel SCSI device) carries the shared image label in both
     guests' namespaces."""
     from tests.lsm.conftest import NESTED, qemu_pid, split_context
-    from virtdriver.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
+    from testhosts.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
 
     a, b = guests.start("a"), guests.start("b")
     vid = str(uuid.uuid4())
@@ -201,7 +201,7 @@ def test_kernel_iscsi_online_extend(tgt_lun, guests, volume_driver) -> None:
     """Grow the LUN's file (tgt reads a LUN's size when it is added: the LUN is re-added over
     the grown file, the session stays); virtdriver's extend rescans through os-brick once for
     the host and resizes both guests' QEMU: query-block shows the new size."""
-    from virtdriver.guests import block_info
+    from testhosts.guests import block_info
 
     a, b = guests.start("a"), guests.start("b")
     vid = str(uuid.uuid4())

@@ -121,7 +121,7 @@ def two_portal_lun(tmp_path: Path) -> Iterator[Path]:
 def test_multipath_shared_volume_survives_a_path_loss(two_portal_lun, multipathd, guests,
                                                       tmp_path) -> None:
     from virtdriver import LibvirtVolumeDriver
-    from virtdriver.guests import SYSTEM_URI, ReadOnlyWrite, block_info, read_pattern, \
+    from testhosts.guests import SYSTEM_URI, ReadOnlyWrite, block_info, read_pattern, \
         write_pattern
 
     driver = LibvirtVolumeDriver(SYSTEM_URI, state_dir=tmp_path / "state", detach_timeout=20,

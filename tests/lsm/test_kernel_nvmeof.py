@@ -112,7 +112,7 @@ def nvme_target(loop_device) -> Iterator[NvmeTarget]:
 
 
 def test_nvmeof_multiattach_through_the_driver(nvme_target, guests, volume_driver) -> None:
-    from virtdriver.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
+    from testhosts.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
 
     assert controllers() == []
     a, b = guests.start("a"), guests.start("b")
@@ -170,7 +170,7 @@ def test_nvmeof_failed_connect_leaves_no_controller(nvme_target, guests, volume_
 def test_nvmeof_online_extend(nvme_target, guests, volume_driver) -> None:
     """Grow the namespace's backing device; os-brick's extend (a rescan) and QEMU's resize:
     query-block shows the new size in both guests."""
-    from virtdriver.guests import block_info
+    from testhosts.guests import block_info
 
     a, b = guests.start("a"), guests.start("b")
     vid = str(uuid.uuid4())

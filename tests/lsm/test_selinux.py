@@ -15,7 +15,7 @@ import pytest
 from tests.lsm.conftest import MCS_PAIR, qemu_pid, run, secmodels, split_context
 from tests.support.sharedio import writer_shares_with_reader
 from tests.support.volumes import local_volume
-from virtdriver.guests import block_info, read_pattern
+from testhosts.guests import block_info, read_pattern
 
 pytestmark = pytest.mark.lsm_selinux
 

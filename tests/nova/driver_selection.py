@@ -3,8 +3,10 @@ volume (issue #21, part 2), chosen from the test's name, else from its body.
 
 - by name: attach/detach/swap/extend of volumes, multiattach, connection_info, block copy and
   block jobs, ``_should_disconnect_target``/disconnect, the volume driver table, the encryptors
-  and LUKS, disk config of volumes (buses, SCSI, cache mode, discard, block I/O, QoS), booting
-  from and migrating volume-backed guests, volume snapshots, device detach with retries;
+  and LUKS, disk config of volumes (buses, SCSI, cache mode, discard, block I/O, QoS, the
+  guest's storage config), booting from volumes, moving guests with volumes (pre/post/rollback
+  of live migration, the copied disk paths, finishing and reverting a cold migration), volume
+  snapshots, device detach with retries;
 - by body: a test that calls the volume steps (``_get_volume_config``, ``_connect_volume``,
   ``_disconnect_volume``, ``attach_volume``, ``swap_volume``, ...) or builds ``connection_info``
   with a ``driver_volume_type``;
@@ -23,7 +25,9 @@ MODULE = "nova.tests.unit.virt.libvirt.test_driver"
 NAME = re.compile(
     r"volume|multiattach|connection_info|block_?copy|blockjob|block_job|disconnect|bdm"
     r"|block_device|iotune|qos|luks|encryptor|cache_mode|disk_bus|scsi|_detach_with_retry"
-    r"|attach_blockio|discard|rescue_stable_device|from_volume|volume_backed|lun")
+    r"|attach_blockio|discard|rescue_stable_device|from_volume|volume_backed|lun"
+    r"|pre_live_migration|post_live_migration|rollback_live_migration|copy_disk_paths"
+    r"|storage_config|live_migration_update|finish_migration|finish_revert_migration")
 BODY = re.compile(
     r"_get_volume_config|_connect_volume|_disconnect_volume|\.attach_volume|\.detach_volume"
     r"|swap_volume|extend_volume|_should_disconnect_target|_get_volume_driver|multiattach"

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-#: test id -> why virtdriver deliberately fails it (the same list is in docs/nova.md).
+#: test id -> why virtdriver deliberately fails it (the same list is in docs/nova.md). Empty:
+#: every test that passes with nova's driver passes with virtdriver's.
 DOCUMENTED: dict[str, str] = {}
 
 

@@ -6,6 +6,7 @@ Prints the failing tests, then one closing line ``N passed, M failed``; exits 1 
 
 from __future__ import annotations
 
+import os
 import sys
 import unittest
 from pathlib import Path
@@ -16,14 +17,18 @@ from nova_suite import CountingResult  # noqa: E402
 
 
 def main(modules: list[str]) -> int:
+    # nova's services log to stdout as they shut down: that goes to stderr, the result to the
+    # real stdout (os.write: eventlet's file objects refuse a pipe).
+    out = os.dup(1)
+    os.dup2(2, 1)
     suite = unittest.defaultTestLoader.loadTestsFromNames(modules)
     runner = unittest.TextTestRunner(stream=sys.stderr, verbosity=2, resultclass=CountingResult)
     result = runner.run(suite)
     failed = sorted(t.id() for t, _ in result.failures + result.errors
                     + result.unexpectedSuccesses)
-    for test_id in failed:
-        print(f"FAILED {test_id}")
-    print(f"{len(result.passed)} passed, {len(failed)} failed")
+    lines = [f"FAILED {test_id}" for test_id in failed]
+    lines.append(f"{len(result.passed)} passed, {len(failed)} failed")
+    os.write(out, ("\n".join(lines) + "\n").encode())
     return 1 if failed or not result.passed else 0
 
 

@@ -23,7 +23,7 @@ pytest.importorskip("nova.conf", reason="needs nova 34; scripts/nova-suite.sh ru
 
 import libvirt  # noqa: E402
 
-from virtdriver.guests import Guests, LoopDevice, block_info  # noqa: E402
+from testhosts.guests import Guests, LoopDevice, block_info  # noqa: E402
 
 pytestmark = pytest.mark.hypervisor
 
@@ -146,7 +146,7 @@ def test_volume_extended_event_reaches_the_read_only_guest(compute: Any) -> None
     QEMU's query-block shows the new size for both."""
     from nova import context as nova_context
 
-    from virtdriver.guests import query_block
+    from testhosts.guests import query_block
 
     ctx = nova_context.get_admin_context()
     conn = compute._host.get_connection()
@@ -175,3 +175,53 @@ def test_volume_extended_event_reaches_the_read_only_guest(compute: Any) -> None
         for info, inst in ((info_a, inst_a), (info_b, inst_b)):
             compute.detach_volume(ctx, info, inst, "/dev/sdb")
     plain.close()
+
+
+def _defined_guest(conn: Any, name: str, alias: str, device: str) -> Any:
+    """A defined, shut-off guest whose definition has one shared disk ``device`` with ``alias``."""
+    return conn.defineXML(
+        f"<domain type='qemu'><name>{name}</name><memory unit='MiB'>32</memory>"
+        "<os><type>hvm</type></os><devices>"
+        "<disk type='block' device='disk'><driver name='qemu' type='raw' cache='none'/>"
+        f"<source dev='{device}'/><target dev='vdb' bus='virtio'/><shareable/>"
+        f"<alias name='{alias}'/></disk></devices></domain>")
+
+
+def test_two_deletes_release_a_shared_volume_once(compute: Any) -> None:
+    """nova's delete decides on a server's volumes after shutting it off and before undefining
+    it; when two servers sharing a volume are deleted together, both are shut off but defined
+    when each decides. The first must keep the host connection (the other still has the disk),
+    the second must release it (the first let go already): once, not never (bug 2048837)."""
+    from nova import context as nova_context
+
+    from virtdriver.policy.identity import alias_for
+
+    conn = compute._host.get_connection()
+    vid = str(uuid.uuid4())
+    info = {"driver_volume_type": "local", "serial": vid, "multiattach": True,
+            "data": {"volume_id": vid, "device_path": "/dev/loop0"}}
+    vol_driver = compute._get_volume_driver(info)
+    ctx = nova_context.get_admin_context()
+    tag = uuid.uuid4().hex[:8]
+    with LoopDevice(16 << 20) as loop:
+        doms = [_defined_guest(conn, f"vdtest-del-{tag}-{n}", alias_for(vid), loop.device)
+                for n in "ab"]
+        _decide_and_clean(compute, ctx, vol_driver, vid, doms)
+
+
+def _decide_and_clean(compute: Any, ctx: Any, vol_driver: Any, vid: str, doms: list[Any]) -> None:
+    from types import SimpleNamespace
+
+    try:
+        a, b = (SimpleNamespace(uuid=dom.UUIDString()) for dom in doms)
+        first = compute._should_disconnect_target(ctx, a, True, vol_driver, vid)
+        second = compute._should_disconnect_target(ctx, b, True, vol_driver, vid)
+        assert (first, second) == (False, True)
+        # A guest that let go but runs again with the disk counts again.
+        doms[0].create()
+        assert compute._should_disconnect_target(ctx, b, True, vol_driver, vid) is False
+    finally:
+        for dom in doms:
+            if dom.isActive():
+                dom.destroy()
+            dom.undefine()

@@ -1,4 +1,4 @@
-"""Test-only helpers built on :mod:`virtdriver.guests` (the guest helpers the demo and the
+"""Test-only helpers built on :mod:`testhosts.guests` (the guest helpers the demo and the
 benchmarks use too): pytest fixtures, connection_info builders, the invariant checker, the stress
 workers and a private libvirtd."""
 

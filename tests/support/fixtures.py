@@ -14,7 +14,7 @@ from typing import Any
 import libvirt
 import pytest
 
-from virtdriver.guests import (
+from testhosts.guests import (
     SYSTEM_URI,
     DeviceEvents,
     Guests,

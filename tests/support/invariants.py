@@ -21,7 +21,7 @@ from pathlib import Path
 import libvirt
 from lxml import etree
 
-from virtdriver.guests import block_info
+from testhosts.guests import block_info
 from virtdriver.hypervisor.hostconn import HostConnections
 from virtdriver.hypervisor.locks import lock_is_free
 

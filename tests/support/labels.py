@@ -9,7 +9,7 @@ import libvirt
 
 from tests.support.volumes import local_volume
 from virtdriver import LibvirtVolumeDriver
-from virtdriver.guests import Guests, LoopDevice, block_info, read_pattern, write_pattern
+from testhosts.guests import Guests, LoopDevice, block_info, read_pattern, write_pattern
 from virtdriver.hypervisor.connection import security_models
 
 

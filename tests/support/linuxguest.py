@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import libvirt
 import pytest
 
 from testhosts.linuxguest import LinuxGuest, LinuxGuests, build
+from testhosts.linuxguest.guest import channel_path
 from tests.support.fixtures import require_libvirtd
 
 #: How long a probe polls inside the guest (seconds); a bound, not an expected duration.
@@ -31,7 +34,7 @@ def linux_image():
 @pytest.fixture(scope="package")
 def linux_pair(linux_image) -> Iterator[tuple[LinuxGuest, LinuxGuest]]:
     """Two booted Linux guests (A and B), booted in parallel, removed after the package's tests."""
-    from virtdriver.guests import open_connection
+    from testhosts.guests import open_connection
 
     conn: libvirt.virConnect = open_connection()
     with LinuxGuests(conn, linux_image) as made:
@@ -83,3 +86,17 @@ def disk_by_vendor(guest: LinuxGuest, vendor: str, *, timeout: float = POLL_SECO
     out = guest.check(_poll(find, int(timeout / 0.2)) + "; echo ${d#/sys/block/} | cut -d/ -f1",
                       timeout=timeout + 30)
     return out.strip()
+
+
+def follow_migrated(guest: LinuxGuest, dest_conn: libvirt.virConnect, daemon: Any) -> str:
+    """Point ``guest`` at itself on the destination after a live migration to ``daemon`` (a
+    :class:`~testhosts.guests.private_libvirtd.PrivateLibvirtd`); returns what it answers.
+
+    The destination's libvirt bound the command port in its own ``/var/lib/libvirt``, which is
+    ``daemon.base/lib`` from here.
+    """
+    dom = dest_conn.lookupByName(guest.name())
+    inside = channel_path(dom)
+    seen_here = Path(daemon.base, "lib", inside.relative_to("/var/lib/libvirt"))
+    guest.moved(dom, seen_here)
+    return guest.check("echo moved; cat /proc/uptime")

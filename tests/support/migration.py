@@ -27,7 +27,7 @@ import pytest
 from tests.support.fixtures import made_guests, opened
 from tests.support.volumes import local_volume
 from virtdriver import LibvirtVolumeDriver
-from virtdriver.guests import Guests, open_connection
+from testhosts.guests import Guests, open_connection
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTED, STOPPED = libvirt.VIR_DOMAIN_EVENT_STARTED, libvirt.VIR_DOMAIN_EVENT_STOPPED
@@ -37,7 +37,7 @@ MIGRATED_OUT = libvirt.VIR_DOMAIN_EVENT_STOPPED_MIGRATED
 
 @pytest.fixture(scope="module")
 def destination_daemon() -> Iterator[Any]:
-    from virtdriver.guests import private_libvirtd as pl
+    from testhosts.guests import private_libvirtd as pl
 
     reason = pl.available()
     if reason is not None:

@@ -7,7 +7,7 @@ import secrets
 import libvirt
 import pytest
 
-from virtdriver.guests import ReadOnlyWrite, read_pattern, write_pattern
+from testhosts.guests import ReadOnlyWrite, read_pattern, write_pattern
 
 
 def writer_shares_with_reader(writer: libvirt.virDomain, reader: libvirt.virDomain,

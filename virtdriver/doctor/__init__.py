@@ -1,7 +1,9 @@
 """``virtdriver doctor``: can this host attach volumes, and can it share them safely?
 
 :func:`diagnose` runs the probes (:mod:`.probes` for libvirt, QEMU, labels, directories and
-os-brick; :mod:`.initiators` for iscsid, multipathd, kernel modules; :mod:`.storage` for every registered protocol and mount propagation) and returns a
+os-brick; :mod:`.initiators` for iscsid, multipathd, kernel modules; :mod:`.storage` for every
+registered protocol and mount propagation; :mod:`.reservations` for SCSI persistent
+reservations) and returns a
 :class:`~.verdict.DoctorReport`; :func:`~.report.format_report` prints it for an operator.
 
 Nothing on the host is left changed: os-brick is set up (its lock directory created), and the
@@ -26,6 +28,7 @@ from virtdriver.doctor.probes import (
 )
 from virtdriver.doctor.initiators import initiator_checks
 from virtdriver.doctor.report import format_report
+from virtdriver.doctor.reservations import reservations_check
 from virtdriver.doctor.storage import propagation_check, protocol_checks
 from virtdriver.doctor.verdict import STATUSES, Check, DoctorReport, Status
 
@@ -54,4 +57,5 @@ def diagnose(driver: LibvirtVolumeDriver) -> DoctorReport:
                                               ("--native-glusterfs",
                                                driver.options.native_glusterfs)) if on)
     checks += protocol_checks(facts, enabled)
+    checks.append(reservations_check(facts, set(facts["qemu_block_drivers"])))
     return DoctorReport(driver.uri, checks, facts)

@@ -82,7 +82,7 @@ def kvm_check(conn: Any, facts: dict[str, Any]) -> Check:
     """``/dev/kvm`` opens, and libvirt's domain capabilities offer ``type='kvm'``."""
     import libvirt
 
-    from virtdriver.guests.domain import kvm_available
+    from virtdriver.hypervisor.capabilities import kvm_available
 
     device = kvm_available()
     try:

@@ -9,6 +9,7 @@ from typing import Any
 
 from virtdriver import arguments
 from virtdriver.errors import InvalidRenderOption, show
+from virtdriver.hostfiles import setting
 from virtdriver.hypervisor.locks import DEFAULT_TIMEOUT, NOTICE_AFTER
 from virtdriver.policy import check_option_text
 from virtdriver.volume.base import RenderOptions
@@ -98,12 +99,4 @@ INITIATOR_NAME_FILE = Path("/etc/iscsi/initiatorname.iscsi")
 
 def host_initiator_name(path: Path = INITIATOR_NAME_FILE) -> str | None:
     """The host's iSCSI initiator name (``InitiatorName=`` of open-iscsi's file), if any."""
-    try:
-        lines = path.read_text().splitlines()
-    except (OSError, UnicodeDecodeError):
-        return None
-    for line in lines:
-        key, sep, value = line.strip().partition("=")
-        if sep and key.strip() == "InitiatorName" and value.strip():
-            return value.strip()
-    return None
+    return setting(path, "InitiatorName")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import subprocess
 from typing import Any
 
@@ -57,3 +58,13 @@ def _qemu_has_share_rw(emulator: str) -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return "share-rw" in done.stdout
+
+
+def kvm_available(device: str = "/dev/kvm") -> bool:
+    """True when ``/dev/kvm`` exists and this process can open it read-write."""
+    try:
+        fd = os.open(device, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return False
+    os.close(fd)
+    return True

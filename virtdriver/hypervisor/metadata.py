@@ -24,12 +24,20 @@ def parse_notes(raw: str | None) -> dict[str, tuple[str, str]]:
 
 
 def write_notes(dom: libvirt.virDomain, notes: dict[str, tuple[str, str]], flags: int) -> None:
+    write_element(dom, "attachments", NS, PREFIX, flags, [
+        ("inherited", {"alias": alias, "volume": volume, "source": source})
+        for alias, (volume, source) in sorted(notes.items())])
+
+
+def write_element(dom: libvirt.virDomain, tag: str, ns: str, prefix: str, flags: int,
+                  children: list[tuple[str, dict[str, str]]]) -> None:
+    """Set (or, without children, remove) our metadata element ``tag`` in namespace ``ns``."""
     # libvirt puts the element into our namespace itself; it must be given without one.
-    root = etree.Element("attachments")
-    for alias, (volume, source) in sorted(notes.items()):
-        etree.SubElement(root, "inherited", alias=alias, volume=volume, source=source)
-    xml = etree.tostring(root, encoding="unicode") if notes else None
-    dom.setMetadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, xml, PREFIX if notes else None, NS,
+    root = etree.Element(tag)
+    for child, attrs in children:
+        etree.SubElement(root, child, attrs)
+    xml = etree.tostring(root, encoding="unicode") if children else None
+    dom.setMetadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, xml, prefix if children else None, ns,
                     flags)
 
 

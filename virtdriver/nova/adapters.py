@@ -1,4 +1,12 @@
-"""virtdriver as nova 34's libvirt volume drivers: one adapter per entry of nova's table.
+"""virtdriver as nova 34's libvirt volume drivers: one adapter per protocol that nova serves.
+
+The adapters are derived, not listed: every registered protocol (built-in or a plugin's
+``virtdriver.volume_drivers`` entry point) whose driver class declares
+:class:`~virtdriver.volume.base.NovaBinding` gets one, named after that class. A protocol nova's
+table (``nova.virt.libvirt.driver.VOLUME_DRIVERS``) already knows replaces nova's class there (by
+its dotted path, :data:`NOVA_DRIVER_CLASSES`); a type nova's table does not know is added to the
+table, pointing at its adapter, so that nova's compute driver finds it. A new protocol thus
+reaches nova with no change here.
 
 Each adapter subclasses the nova class it replaces (same constructor, so the same os-brick
 connector in ``self.connector``, the same mount handling, the same connect, disconnect and extend)
@@ -16,12 +24,15 @@ from typing import Any, ClassVar
 import nova.conf
 from nova import exception
 from nova.virt import block_device as driver_block_device
-from nova.virt.libvirt.volume import fibrechannel, fs, gpfs, iscsi, iser, lightos, net, nfs
-from nova.virt.libvirt.volume import nvme, quobyte, scaleio, smbfs, storpool, volume, vzstorage
+from nova.virt.libvirt import driver as nova_driver
+from nova.virt.libvirt.volume import fs
+from oslo_utils import importutils
 
 from virtdriver.errors import InvalidAttachMode, InvalidConnectionInfo, VirtDriverError
 from virtdriver.nova.convert import RenderedDisk, to_nova
 from virtdriver.render import build_disk
+from virtdriver.volume import registry
+from virtdriver.volume.base import NovaBinding
 
 CONF = nova.conf.CONF
 LOG = logging.getLogger(__name__)
@@ -99,10 +110,9 @@ class VirtdriverRendering:
         return None
 
 
-class RBDNetVolumeDriver(VirtdriverRendering, net.LibvirtNetVolumeDriver):
-    """Ceph RBD opened by QEMU; cephx user and secret fall back to ``[libvirt] rbd_*``."""
-
-    volume_type = "rbd"
+class NetVolumeDefaults(VirtdriverRendering):
+    """nova's net driver (Ceph RBD opened by QEMU): cephx user and secret fall back to
+    ``[libvirt] rbd_user`` / ``rbd_secret_uuid``, as nova's driver reads them."""
 
     def _for_render(self, connection_info: Mapping[str, Any]) -> dict[str, Any]:
         info = super()._for_render(connection_info)
@@ -117,83 +127,53 @@ class RBDNetVolumeDriver(VirtdriverRendering, net.LibvirtNetVolumeDriver):
         return info
 
 
-class ISCSIVolumeDriver(VirtdriverRendering, iscsi.LibvirtISCSIVolumeDriver):
-    volume_type = "iscsi"
-    default_aio_drops_native = True
+#: What a nova class's own options add to the rendering (nova's knowledge, not a protocol's).
+NOVA_CLASS_MIXINS: dict[str, type[VirtdriverRendering]] = {
+    "nova.virt.libvirt.volume.net.LibvirtNetVolumeDriver": NetVolumeDefaults,
+}
 
 
-class ISERVolumeDriver(VirtdriverRendering, iser.LibvirtISERVolumeDriver):
-    volume_type = "iser"
-    default_aio_drops_native = True
+def adapter_class(volume_type: str, name: str,
+                  binding: NovaBinding) -> type[VirtdriverRendering]:
+    """The adapter of one protocol: the rendering mixin before the nova class it stands on."""
+    nova_class = importutils.import_class(binding.driver_class)
+    mixin = NOVA_CLASS_MIXINS.get(binding.driver_class, VirtdriverRendering)
+    return type(name, (mixin, nova_class), {
+        "__module__": __name__, "__qualname__": name,
+        "__doc__": f"virtdriver's ``{volume_type}`` as nova's {nova_class.__name__}.",
+        "volume_type": volume_type,
+        "default_aio_drops_native": binding.default_aio_drops_native})
 
 
-class LocalVolumeDriver(VirtdriverRendering, volume.LibvirtVolumeDriver):
-    volume_type = "local"
+def _derive() -> dict[str, type[VirtdriverRendering]]:
+    """nova class path -> adapter, for every registered protocol that declares a binding; a type
+    nova's table lacks is added to it under the adapter's own path."""
+    table: dict[str, type[VirtdriverRendering]] = {}
+    for volume_type in registry.known_types():
+        try:
+            driver_cls = type(registry.get_driver(volume_type))
+        except VirtDriverError as exc:  # a broken plugin costs its own protocol, not nova
+            LOG.warning("volume type %s: %s; nova does not serve it through virtdriver",
+                        volume_type, exc)
+            continue
+        binding = vars(driver_cls).get("nova")
+        if binding is None:
+            continue
+        adapter = adapter_class(volume_type, driver_cls.__name__, binding)
+        globals()[adapter.__name__] = adapter  # importable by the path nova's table holds
+        nova_path = nova_driver.VOLUME_DRIVERS.setdefault(
+            volume_type, f"{__name__}.{adapter.__name__}")
+        if nova_path not in (binding.driver_class, f"{__name__}.{adapter.__name__}"):
+            LOG.warning("volume type %s: nova's table names %s, not %s; nova's own driver "
+                        "serves it", volume_type, nova_path, binding.driver_class)
+            continue
+        table[nova_path] = adapter
+    return table
 
-
-class NFSVolumeDriver(VirtdriverRendering, nfs.LibvirtNFSVolumeDriver):
-    volume_type = "nfs"
-    default_aio_drops_native = True
-
-
-class SMBFSVolumeDriver(VirtdriverRendering, smbfs.LibvirtSMBFSVolumeDriver):
-    volume_type = "smbfs"
-
-
-class FibreChannelVolumeDriver(VirtdriverRendering,
-                               fibrechannel.LibvirtFibreChannelVolumeDriver):
-    volume_type = "fibre_channel"
-    default_aio_drops_native = True
-
-
-class GPFSVolumeDriver(VirtdriverRendering, gpfs.LibvirtGPFSVolumeDriver):
-    volume_type = "gpfs"
-
-
-class QuobyteVolumeDriver(VirtdriverRendering, quobyte.LibvirtQuobyteVolumeDriver):
-    volume_type = "quobyte"
-
-
-class ScaleIOVolumeDriver(VirtdriverRendering, scaleio.LibvirtScaleIOVolumeDriver):
-    volume_type = "scaleio"
-
-
-class VZStorageVolumeDriver(VirtdriverRendering, vzstorage.LibvirtVZStorageVolumeDriver):
-    volume_type = "vzstorage"
-
-
-class StorPoolVolumeDriver(VirtdriverRendering, storpool.LibvirtStorPoolVolumeDriver):
-    volume_type = "storpool"
-
-
-class NVMeoFVolumeDriver(VirtdriverRendering, nvme.LibvirtNVMEVolumeDriver):
-    volume_type = "nvmeof"
-
-
-class LightOSVolumeDriver(VirtdriverRendering, lightos.LibvirtLightOSVolumeDriver):
-    volume_type = "lightos"
-
-
-_P = "nova.virt.libvirt.volume."
 
 #: nova's dotted class path (the values of ``nova.virt.libvirt.driver.VOLUME_DRIVERS``) to the
 #: adapter that replaces it.
-NOVA_DRIVER_CLASSES: dict[str, type[VirtdriverRendering]] = {
-    _P + "iscsi.LibvirtISCSIVolumeDriver": ISCSIVolumeDriver,
-    _P + "iser.LibvirtISERVolumeDriver": ISERVolumeDriver,
-    _P + "volume.LibvirtVolumeDriver": LocalVolumeDriver,
-    _P + "net.LibvirtNetVolumeDriver": RBDNetVolumeDriver,
-    _P + "nfs.LibvirtNFSVolumeDriver": NFSVolumeDriver,
-    _P + "smbfs.LibvirtSMBFSVolumeDriver": SMBFSVolumeDriver,
-    _P + "fibrechannel.LibvirtFibreChannelVolumeDriver": FibreChannelVolumeDriver,
-    _P + "gpfs.LibvirtGPFSVolumeDriver": GPFSVolumeDriver,
-    _P + "quobyte.LibvirtQuobyteVolumeDriver": QuobyteVolumeDriver,
-    _P + "scaleio.LibvirtScaleIOVolumeDriver": ScaleIOVolumeDriver,
-    _P + "vzstorage.LibvirtVZStorageVolumeDriver": VZStorageVolumeDriver,
-    _P + "storpool.LibvirtStorPoolVolumeDriver": StorPoolVolumeDriver,
-    _P + "nvme.LibvirtNVMEVolumeDriver": NVMeoFVolumeDriver,
-    _P + "lightos.LibvirtLightOSVolumeDriver": LightOSVolumeDriver,
-}
+NOVA_DRIVER_CLASSES: dict[str, type[VirtdriverRendering]] = _derive()
 
-__all__ = ["NOVA_DRIVER_CLASSES", "RenderedDisk", "VirtdriverRendering",
-           *(cls.__name__ for cls in NOVA_DRIVER_CLASSES.values())]
+__all__ = ["NOVA_DRIVER_CLASSES", "NetVolumeDefaults", "RenderedDisk", "VirtdriverRendering",
+           "adapter_class", *(cls.__name__ for cls in NOVA_DRIVER_CLASSES.values())]

@@ -2,20 +2,25 @@
 
 ``compute_driver = virtdriver.nova.LibvirtDriver`` in ``nova.conf`` loads it: nova imports
 ``nova.virt.`` + that value, and virtdriver's wheel installs ``nova.virt.virtdriver.nova``, which
-names this class (``nova_namespace/`` in the source tree). Three places differ from nova's driver:
+names this class (``nova_namespace/`` in the source tree). Four places differ from nova's driver:
 
-- the volume driver for a ``driver_volume_type`` is the adapter of
-  :data:`~virtdriver.nova.adapters.NOVA_DRIVER_CLASSES` for the class nova's table names; a type
-  nova knows but virtdriver does not render (nova's test-only ``fake``, or a class that a nova
-  deployment put into its table) keeps nova's own driver, logged once at INFO;
+- the volume driver for a ``driver_volume_type`` is the adapter of the class nova's table names
+  (nova's own lookup otherwise: its table, its import, its cache); a type nova knows but
+  virtdriver does not render (nova's test-only ``fake``, or a class that a nova deployment put
+  into its table) keeps nova's own driver, logged once at INFO;
 - a volume's ``<disk>`` keeps the cache mode virtdriver's policy chose (nova applies
   ``[libvirt] disk_cachemodes`` on top, to hot-plugged volumes and to every disk of a guest it
   boots, and may switch ``io`` from ``native`` to ``threads``): ``_set_cache_mode`` leaves a
   :class:`~virtdriver.nova.convert.RenderedDisk` alone;
-- whether the host connection of a volume may be torn down after a detach is answered from
-  libvirt's live state: it is kept while any other guest on this host still has a disk carrying
-  the volume's alias (``ua-`` and the encoded id), running or defined -- not from the block-storage
-  service's attachment list and nova's database, which lag behind or miss guests;
+- whether the host connection of a multiattach volume may be torn down after a detach is
+  answered from libvirt's live state, one decision per volume at a time: it is kept while any
+  other guest on this host still has a disk carrying the volume's alias (``ua-`` and the encoded
+  id), running or defined -- not from the block-storage service's attachment list and nova's
+  database, which lag behind or miss guests. A shut-off guest that already let go of the volume
+  here (nova decides before it undefines a deleted guest) no longer counts, so two concurrent
+  deletes tear the connection down exactly once (nova's bug 2048837), instead of each keeping it
+  for the other. A volume of a type virtdriver does not render (nova's own driver's disk) keeps
+  nova's decision, as it keeps nova's driver;
 - a volume-extended event reaches a read-only attachment too: libvirt refuses to block-resize a
   read-only disk, so its QEMU node is opened anew at the new size instead
   (:func:`virtdriver.hypervisor.resize.resize_disk`, as ``virtdriver extend`` does).
@@ -31,10 +36,13 @@ from nova import exception
 from nova.virt.libvirt import driver as nova_driver
 from nova.virt.libvirt.volume import fs
 from os_brick import exception as brick_exception
+from oslo_concurrency import lockutils
+from oslo_utils import importutils
 
+from virtdriver.config import Disk
 from virtdriver.hypervisor.resize import resize_disk
 from virtdriver.hypervisor.usage import DiskUse, DomainState, host_state
-from virtdriver.nova.adapters import NOVA_DRIVER_CLASSES
+from virtdriver.nova.adapters import NOVA_DRIVER_CLASSES, VirtdriverRendering
 from virtdriver.nova.convert import RenderedDisk
 
 LOG = logging.getLogger(__name__)
@@ -50,28 +58,39 @@ def local_users(conn: Any, volume_id: str) -> list[DiskUse]:
             if use.volume == volume_id]
 
 
+def _nova_class(adapter: type) -> type:
+    """The nova class an adapter replaces (its base other than the rendering mixin)."""
+    return next(base for base in adapter.__bases__ if base is not VirtdriverRendering)
+
+
+#: nova's volume-driver class -> the adapter that replaces it.
+ADAPTER_FOR = {_nova_class(adapter): adapter for adapter in NOVA_DRIVER_CLASSES.values()}
+
+
 class LibvirtDriver(nova_driver.LibvirtDriver):
     """nova's ``LibvirtDriver`` whose volumes are rendered and accounted by virtdriver."""
 
     _volume_driver_lock = threading.Lock()
 
     def _get_volume_driver(self, connection_info):  # type: ignore[no-untyped-def]
+        # nova's steps (its table, its import, its cache), with the adapter in place of the
+        # class nova's table names.
         driver_type = connection_info.get("driver_volume_type")
+        path = nova_driver.VOLUME_DRIVERS.get(driver_type)
+        if path not in NOVA_DRIVER_CLASSES:  # unknown to nova, or no adapter: nova's own way
+            if path is not None and driver_type not in self.volume_drivers:
+                LOG.info("volume type %s has no virtdriver adapter; nova's own %s renders it, "
+                         "without virtdriver's multiattach policy", driver_type, path)
+            return super()._get_volume_driver(connection_info)
         cached = self.volume_drivers.get(driver_type)
         if cached is not None:
             return cached
-        path = nova_driver.VOLUME_DRIVERS.get(driver_type)
-        if path is None:
-            raise exception.VolumeDriverNotFound(driver_type=driver_type)
-        adapter = NOVA_DRIVER_CLASSES.get(path)
-        if adapter is None:
-            LOG.info("volume type %s has no virtdriver adapter; nova's own %s renders it, "
-                     "without virtdriver's multiattach policy", driver_type, path)
-            return super()._get_volume_driver(connection_info)
         with self._volume_driver_lock:
             if driver_type not in self.volume_drivers:
+                nova_class = importutils.import_class(path)
+                cls = ADAPTER_FOR.get(nova_class, nova_class)
                 try:
-                    self.volume_drivers[driver_type] = adapter(self._host)
+                    self.volume_drivers[driver_type] = cls(self._host)
                 except brick_exception.InvalidConnectorProtocol:
                     LOG.debug("volume driver %s is not supported on this host", driver_type)
                     raise exception.VolumeDriverNotSupported(volume_driver=path)
@@ -86,30 +105,54 @@ class LibvirtDriver(nova_driver.LibvirtDriver):
 
     def _should_disconnect_target(self, context, instance, multiattach, vol_driver,
                                   volume_id):  # type: ignore[no-untyped-def]
+        if not isinstance(vol_driver, VirtdriverRendering):
+            # A type virtdriver does not render is nova's from attach to release: nova's disk,
+            # without virtdriver's identity or sharing policy, so nova's decision too.
+            return super()._should_disconnect_target(context, instance, multiattach,
+                                                     vol_driver, volume_id)
+        if not multiattach or not volume_id:
+            return True  # as nova: a volume that cannot be attached twice has no other user
         if isinstance(vol_driver, fs.LibvirtMountedFileSystemVolumeDriver):
             return True  # nova's mount manager counts the users of each mount itself
-        if not volume_id:
-            return True
-        others = sorted({use.domain_name for use in
-                         local_users(self._host.get_connection(), str(volume_id))
-                         if use.domain_uuid != instance.uuid})
+        vid = str(volume_id)
+        with lockutils.lock(f"virtdriver-disconnect-{vid}"):
+            users = local_users(self._host.get_connection(), vid)
+            # volume id -> guests (instance uuids) that let go of it here
+            released = self.__dict__.setdefault("_released", {}).setdefault(vid, set())
+            released &= {use.domain_uuid for use in users}  # forget guests that are gone
+            others = sorted({use.domain_name for use in users if use.domain_uuid != instance.uuid
+                             and (use.live or use.domain_uuid not in released)})
+            released.add(instance.uuid)
         if others:
             LOG.info("volume %s is still used on this host by %s; keeping its host connection",
-                     volume_id, ", ".join(others))
+                     vid, ", ".join(others))
             return False
         return True
 
     def _resize_attached_volume(self, new_size, block_device,
                                 instance):  # type: ignore[no-untyped-def]
-        # nova resizes through libvirt, which refuses a read-only disk; virtdriver's resize
-        # handles both modes (see virtdriver.hypervisor.resize).
-        dom = block_device._guest._domain
-        disk = next((u.disk for u in DomainState.read(dom).disks if u.live and (
-            u.device == block_device._disk or (u.disk.source is not None and block_device._disk
-                                               in (u.disk.source.dev, u.disk.source.file)))),
-                    None)
-        if disk is None or not disk.readonly:
+        # nova's own resize first (``block_device.resize``: libvirt's block resize), so nova's
+        # contract holds; libvirt refuses a read-only disk (``can't resize empty or readonly
+        # disk``, before it touches anything), and only then is a read-only disk's QEMU node
+        # opened anew at the new size (virtdriver.hypervisor.resize). Any other failure, and a
+        # refusal for a disk that is not read-only (an empty one), is nova's.
+        try:
             return super()._resize_attached_volume(new_size, block_device, instance)
-        LOG.debug("instance %s: reopening read-only device %s at %u bytes", instance.uuid,
-                  block_device._disk, new_size)
+        except nova_driver.libvirt.libvirtError as exc:
+            if exc.get_error_code() != nova_driver.libvirt.VIR_ERR_OPERATION_UNSUPPORTED:
+                raise
+            dom = block_device._guest._domain
+            disk = _live_disk(dom, block_device._disk)
+            if disk is None or not disk.readonly:
+                raise
+        LOG.debug("instance %s: libvirt does not resize read-only device %s; reopening it at "
+                  "%u bytes", instance.uuid, block_device._disk, new_size)
         resize_disk(dom, disk, new_size)
+
+
+def _live_disk(dom: Any, device: str) -> Disk | None:
+    """The live disk of ``dom`` that nova names ``device`` (its target or its source path)."""
+    return next((use.disk for use in DomainState.read(dom).disks if use.live and (
+        use.device == device or (use.disk.source is not None
+                                 and device in (use.disk.source.dev, use.disk.source.file)))),
+                None)

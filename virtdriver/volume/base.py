@@ -44,6 +44,23 @@ class RenderOptions:
     initiator_iqn: str | None = None
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class NovaBinding:
+    """What nova needs to know of a protocol, for :mod:`virtdriver.nova` to derive its adapter.
+
+    ``driver_class`` is the dotted path of the nova 34 volume-driver class the adapter subclasses
+    (its constructor, os-brick connector, mounts, connect, disconnect and extend; only
+    ``get_config`` is virtdriver's). Where nova's table (``nova.virt.libvirt.driver.
+    VOLUME_DRIVERS``) names that class for this ``driver_volume_type``, the adapter replaces it;
+    a type nova's table does not know (a plugin's) is added to it, served by the adapter.
+    ``default_aio_drops_native``: nova's driver leaves ``io`` to QEMU when ``[libvirt]
+    use_default_aio_mode_for_volumes`` is set (nova's iscsi, iser, fibre_channel and nfs do).
+    """
+
+    driver_class: str
+    default_aio_drops_native: bool = False
+
+
 @dataclasses.dataclass(slots=True)
 class VolumeSource:
     """What a volume driver returns: disk type, source, and QEMU's opening defaults."""
@@ -69,6 +86,9 @@ class VolumeDriver:
 
     volume_type: ClassVar[str]
     brick_protocol: ClassVar[str | None] = None
+    #: How nova serves this protocol (:class:`NovaBinding`), declared on the class itself (a
+    #: subclass is another protocol and inherits none); ``None``: nova does not.
+    nova: ClassVar[NovaBinding | None] = None
 
     def brick_protocol_for(self, options: RenderOptions) -> str | None:
         """The os-brick protocol used with these host options (``None``: QEMU connects)."""

@@ -2,10 +2,14 @@
 
 from virtdriver.volume import probes
 from virtdriver.volume.block import HostBlockDeviceDriver
+from virtdriver.volume.base import NovaBinding
 
 
 class FibreChannelVolumeDriver(HostBlockDeviceDriver):
     volume_type = "fibre_channel"
+    nova = NovaBinding(
+        "nova.virt.libvirt.volume.fibrechannel.LibvirtFibreChannelVolumeDriver",
+        default_aio_drops_native=True)
     brick_protocol = "FIBRE_CHANNEL"
     io = "native"
 

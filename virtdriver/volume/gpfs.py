@@ -7,11 +7,18 @@ from typing import Any
 
 from virtdriver.config import Source
 from virtdriver.volume import probes
-from virtdriver.volume.base import RenderOptions, VolumeDriver, VolumeSource, absolute_path
+from virtdriver.volume.base import (
+    NovaBinding,
+    RenderOptions,
+    VolumeDriver,
+    VolumeSource,
+    absolute_path,
+)
 
 
 class GPFSVolumeDriver(VolumeDriver):
     volume_type = "gpfs"
+    nova = NovaBinding("nova.virt.libvirt.volume.gpfs.LibvirtGPFSVolumeDriver")
     brick_protocol = "GPFS"
 
     def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:

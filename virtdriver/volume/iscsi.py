@@ -17,6 +17,7 @@ from virtdriver.volume import probes
 from virtdriver.volume.base import (
     DATA,
     HostSecret,
+    NovaBinding,
     RenderOptions,
     VolumeSource,
     auth_username,
@@ -70,6 +71,8 @@ def uses_chap(data: Mapping[str, Any]) -> bool:
 
 class ISCSIVolumeDriver(HostBlockDeviceDriver):
     volume_type = "iscsi"
+    nova = NovaBinding(
+        "nova.virt.libvirt.volume.iscsi.LibvirtISCSIVolumeDriver", default_aio_drops_native=True)
     brick_protocol = "ISCSI"
     io = "native"
 

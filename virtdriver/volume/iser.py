@@ -6,13 +6,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from virtdriver.volume import probes
-from virtdriver.volume.base import RenderOptions, VolumeSource
+from virtdriver.volume.base import NovaBinding, RenderOptions, VolumeSource
 from virtdriver.volume.block import HostBlockDeviceDriver
 from virtdriver.volume.iscsi import check_portals
 
 
 class ISERVolumeDriver(HostBlockDeviceDriver):
     volume_type = "iser"
+    nova = NovaBinding(
+        "nova.virt.libvirt.volume.iser.LibvirtISERVolumeDriver", default_aio_drops_native=True)
     brick_protocol = "ISER"
     io = "native"
 

@@ -11,12 +11,13 @@ from typing import Any
 
 from virtdriver.errors import InvalidConnectionInfo, show
 from virtdriver.volume import probes
-from virtdriver.volume.base import DATA, RenderOptions, VolumeSource, host_name
+from virtdriver.volume.base import DATA, NovaBinding, RenderOptions, VolumeSource, host_name
 from virtdriver.volume.block import HostBlockDeviceDriver
 
 
 class NVMeoFVolumeDriver(HostBlockDeviceDriver):
     volume_type = "nvmeof"
+    nova = NovaBinding("nova.virt.libvirt.volume.nvme.LibvirtNVMEVolumeDriver")
     brick_protocol = "NVMEOF"
 
     def host_probe(self) -> tuple[bool, str] | None:

@@ -43,6 +43,13 @@ def filesystem(name: str) -> bool:
         return False
 
 
+def path(where: Path, what: str, *, directory: bool = False) -> tuple[bool, str]:
+    """``(True, "<path>")`` when a client's file (or directory) is there, else ``(False, "no
+    <what>")``."""
+    found = where.is_dir() if directory else where.exists()
+    return (True, f"{where}") if found else (False, f"no {what}")
+
+
 def verdict(missing: list[str], present: str) -> tuple[bool, str]:
     """``(True, present)`` when nothing is missing, else ``(False, "no x, no y")``."""
     return not missing, ", ".join(missing) or present

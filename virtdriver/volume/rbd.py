@@ -10,6 +10,7 @@ from virtdriver.config import Auth, Host, Secret, Source
 from virtdriver.errors import InvalidConnectionInfo, show
 from virtdriver.volume.base import (
     DATA,
+    NovaBinding,
     RenderOptions,
     VolumeDriver,
     VolumeSource,
@@ -39,6 +40,7 @@ def _list(data: Mapping[str, Any], key: str, *, non_empty: bool = False) -> list
 
 class RBDVolumeDriver(VolumeDriver):
     volume_type = "rbd"
+    nova = NovaBinding("nova.virt.libvirt.volume.net.LibvirtNetVolumeDriver")
     qemu_block_driver = "rbd"
 
     def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:

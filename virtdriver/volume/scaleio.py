@@ -2,14 +2,16 @@
 
 from pathlib import Path
 
+from virtdriver.volume import probes
+from virtdriver.volume.base import NovaBinding
 from virtdriver.volume.block import HostBlockDeviceDriver
 
 
 class ScaleIOVolumeDriver(HostBlockDeviceDriver):
     volume_type = "scaleio"
+    nova = NovaBinding("nova.virt.libvirt.volume.scaleio.LibvirtScaleIOVolumeDriver")
     brick_protocol = "SCALEIO"
     io = "native"
 
     def host_probe(self) -> tuple[bool, str] | None:
-        sdc = Path("/opt/emc/scaleio/sdc/bin/drv_cfg")
-        return (True, f"{sdc}") if sdc.exists() else (False, "no PowerFlex SDC (drv_cfg)")
+        return probes.path(Path("/opt/emc/scaleio/sdc/bin/drv_cfg"), "PowerFlex SDC (drv_cfg)")

@@ -1,11 +1,13 @@
 """Virtuozzo Storage: a file on the mounted cluster (write-back cache unless shared)."""
 
 from virtdriver.volume import probes
+from virtdriver.volume.base import NovaBinding
 from virtdriver.volume.remotefs import RemoteFsVolumeDriver
 
 
 class VZStorageVolumeDriver(RemoteFsVolumeDriver):
     volume_type = "vzstorage"
+    nova = NovaBinding("nova.virt.libvirt.volume.vzstorage.LibvirtVZStorageVolumeDriver")
     brick_protocol = "VZSTORAGE"
     cache = "writeback"
     io = None

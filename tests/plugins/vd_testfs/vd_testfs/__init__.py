@@ -3,7 +3,9 @@
 A volume is a file on a GlusterFS share the host mounts through os-brick (as a third-party
 shared-filesystem protocol would be): everything the host side needs -- the os-brick protocol,
 where shares are mounted, the connector's keyword arguments -- is declared here, through the
-contract of :class:`virtdriver.volume.base.VolumeDriver`, and nowhere in virtdriver.
+contract of :class:`virtdriver.volume.base.VolumeDriver`, and nowhere in virtdriver. So is what
+nova needs (:class:`~virtdriver.volume.base.NovaBinding`): nova's generic volume driver, whose
+connect is the host's, stands under its derived adapter in ``virtdriver.nova``.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from typing import Any
 
 from virtdriver.config import Source
 from virtdriver.errors import InvalidConnectionInfo
-from virtdriver.volume.base import RenderOptions, VolumeDriver, VolumeSource
+from virtdriver.volume.base import NovaBinding, RenderOptions, VolumeDriver, VolumeSource
 
 
 class TestFsVolumeDriver(VolumeDriver):
     volume_type = "testfs"
     brick_protocol = "GLUSTERFS"
+    nova = NovaBinding("nova.virt.libvirt.volume.volume.LibvirtVolumeDriver")
 
     def source(self, data: Mapping[str, Any], options: RenderOptions) -> VolumeSource:
         path = data.get("device_path")

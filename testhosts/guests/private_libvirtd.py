@@ -30,7 +30,7 @@ from types import TracebackType
 
 import libvirt
 
-from virtdriver.guests import open_connection
+from testhosts.guests import open_connection
 
 QEMU_CONF = ('user = "root"\ngroup = "root"\nsecurity_driver = "none"\n'
              'stdio_handler = "file"\n')

@@ -1,5 +1,7 @@
 """OS-less guests for the demo, the tests and the benchmarks: the one home of these helpers.
 
+A test host, not the product: the wheel does not install it (a source checkout has it).
+
 * :mod:`.domain`: guest XML, connections with an event loop, :class:`Guests` (start uniquely
   named guests, KVM with a TCG fallback, remove them all in parallel);
 * :mod:`.embed`: roots for the in-process driver ``qemu:///embed`` (QEMU as root, a seeded
@@ -12,7 +14,7 @@ Nothing here mocks libvirt: every helper talks to a real libvirtd or to the embe
 pytest fixtures built on these live in ``tests/support/``.
 """
 
-from virtdriver.guests.domain import (
+from testhosts.guests.domain import (
     KVM_FAILURE_MARKERS,
     NAME_PREFIX,
     SYSTEM_URI,
@@ -24,7 +26,7 @@ from virtdriver.guests.domain import (
     open_connection,
     quiet_libvirt_errors,
 )
-from virtdriver.guests.embed import (
+from testhosts.guests.embed import (
     EMBED_CAPS_SEEDS,
     EMBED_QEMU_CONF,
     embed_root_of,
@@ -34,9 +36,9 @@ from virtdriver.guests.embed import (
     save_capabilities,
     seed_capabilities,
 )
-from virtdriver.guests.events import DeviceEvents, detach_and_wait
-from virtdriver.guests.loop import LoopDevice, LoopDeviceError, loop_devices_of, sparse_file
-from virtdriver.guests.monitor import (
+from testhosts.guests.events import DeviceEvents, detach_and_wait
+from testhosts.guests.loop import LoopDevice, LoopDeviceError, loop_devices_of, sparse_file
+from testhosts.guests.monitor import (
     BlockInfo,
     QemuIoError,
     ReadOnlyWrite,

@@ -28,7 +28,7 @@ from typing import Any
 import libvirt
 import libvirt_qemu
 
-from virtdriver.guests.embed import embed_root_of
+from testhosts.guests.embed import embed_root_of
 
 
 class QemuIoError(RuntimeError):

@@ -9,7 +9,6 @@ the pid), so :meth:`Guests.close` removes guests in parallel.
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import re
 import secrets
 from collections.abc import Callable
@@ -17,6 +16,8 @@ from types import TracebackType
 from typing import Any
 
 import libvirt
+
+from virtdriver.hypervisor.capabilities import kvm_available
 
 SYSTEM_URI = "qemu:///system"
 NAME_PREFIX = "vdtest-"
@@ -29,16 +30,6 @@ KVM_FAILURE_MARKERS = (
     "does not support virt type 'kvm'",
     "KVM is not available",
 )
-
-
-def kvm_available() -> bool:
-    """True when ``/dev/kvm`` exists and this process can open it read-write."""
-    try:
-        fd = os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return False
-    os.close(fd)
-    return True
 
 
 def guest_xml(name: str, *, kvm: bool, memory_mib: int = 128, acpi: bool = False) -> str:

@@ -2,7 +2,7 @@
 
 A detach returns before QEMU has let the device go; the DEVICE_REMOVED event says it has. Events
 reach only connections opened after the event loop runs (see
-:func:`virtdriver.guests.open_connection`).
+:func:`testhosts.guests.open_connection`).
 """
 
 from __future__ import annotations
