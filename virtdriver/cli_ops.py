@@ -22,7 +22,10 @@ def _doctor(args: argparse.Namespace) -> int:
     from virtdriver.driver import LibvirtVolumeDriver
 
     driver = LibvirtVolumeDriver(args.connect, state_dir=args.state_dir,
-                                 mount_base=args.mount_base)
+                                 mount_base=args.mount_base, native_iscsi=args.native_iscsi,
+                                 native_glusterfs=args.native_glusterfs,
+                                 use_multipath=args.multipath,
+                                 enforce_multipath=args.enforce_multipath)
     try:
         report = diagnose(driver)
     finally:
@@ -76,8 +79,10 @@ def add_operator_commands(sub: Any) -> None:
         "doctor", help="check that this host can attach and share volumes", formatter_class=raw,
         description="Check libvirt and QEMU (versions, share-rw for shareable disks), KVM, the "
                     "security drivers and SELinux image contexts, os-brick's connector "
-                    "properties, which storage protocols can connect on this host, and the "
-                    "lock and mount directories. Each check is ok, warn or fail; the exit "
+                    "properties, iscsid, the initiator name and host NQN, multipathd, the "
+                    "kernel modules, which storage protocols can connect on this host (with "
+                    "the options given: the attach's options), and the lock and mount "
+                    "directories. Each check is ok, warn or fail; the exit "
                     "status is 1 when multiattach cannot work here.",
         epilog="examples:\n"
                "  virtdriver doctor\n"
@@ -86,6 +91,12 @@ def add_operator_commands(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.add_argument("--mount-base", metavar="DIR",
                    help="where shares are mounted (default: STATE_DIR/mnt)")
+    for flag, what in (("--native-iscsi", "QEMU's own iSCSI initiator opens iscsi volumes"),
+                       ("--native-glusterfs", "QEMU's own gluster client opens glusterfs "
+                                              "volumes"),
+                       ("--multipath", "kernel iSCSI, FC and NVMe-oF over every path"),
+                       ("--enforce-multipath", "with --multipath: fail without multipathd")):
+        p.add_argument(flag, action="store_true", help=f"check as attach {flag} would: {what}")
     p.set_defaults(func=_doctor)
 
     p = sub.add_parser(

@@ -197,8 +197,6 @@ def test_kernel_iscsi_multiattach_through_the_driver(tgt_lun, guests, volume_dri
     assert volume_driver.host.connected() == []
 
 
-@pytest.mark.xfail(reason="os-brick's iSCSI extend runs lsscsi, which the nested image lacks "
-                   "(add lsscsi to testhosts/nested/packages.txt; not verified yet)", strict=False)
 def test_kernel_iscsi_online_extend(tgt_lun, guests, volume_driver) -> None:
     """Grow the LUN's file (tgt reads a LUN's size when it is added: the LUN is re-added over
     the grown file, the session stays); virtdriver's extend rescans through os-brick once for

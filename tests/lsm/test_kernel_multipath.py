@@ -10,6 +10,7 @@ and both sessions.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import socket
@@ -187,3 +188,49 @@ def test_multipath_shared_volume_survives_a_path_loss(two_portal_lun, multipathd
     finally:
         driver.close()
 
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "measured twice under SELinux: os-brick grows both sd paths and virtdriver reports "
+    "host_size 96 MiB, but both guests' QEMU still see 64 MiB on /dev/dm-0 (block_resize: "
+    "'Cannot grow device files'; the ro guest's reopen reads 64 MiB): the multipath map was "
+    "not resized; the result says so (complete False, per-guest problem and fix)"))
+def test_multipath_online_extend(two_portal_lun, multipathd, guests, tmp_path) -> None:
+    """The LUN grows (re-added over the grown file, both sessions stay); virtdriver's extend
+    rescans both paths and resizes the map through os-brick (multipathd), and both guests'
+    QEMU see the new size in query-block."""
+    from virtdriver import LibvirtVolumeDriver
+    from virtdriver.guests import SYSTEM_URI, block_info
+
+    driver = LibvirtVolumeDriver(SYSTEM_URI, state_dir=tmp_path / "state", detach_timeout=20,
+                                 use_multipath=True)
+    try:
+        a, b = guests.start("a"), guests.start("b")
+        vid = str(uuid.uuid4())
+        portals = [f"{p}:{PORT}" for p in PORTALS]
+        info = {"driver_volume_type": "iscsi", "serial": vid, "multiattach": True,
+                "data": {"volume_id": vid, "target_iqn": IQN, "target_portal": portals[0],
+                         "target_lun": 1, "target_iqns": [IQN, IQN], "target_portals": portals,
+                         "target_luns": [1, 1]}}
+        alias = f"ua-{vid}"
+        driver.attach_volume(info, a.name(), attach_mode="rw")
+        driver.attach_volume(info, b.name(), attach_mode="ro")
+        dm = Path(os.path.realpath(block_info(a, alias).file)).name
+        assert dm.startswith("dm-"), dm
+        assert block_info(a, alias).raw["inserted"]["image"]["virtual-size"] == 64 << 20
+        new = 96 << 20
+        with open(two_portal_lun, "r+b") as fh:
+            fh.truncate(new)
+        tgt = ["--lld", "iscsi", "--mode", "logicalunit", "--tid", "1", "--lun", "1"]
+        run("tgtadm", *tgt, "--op", "delete")
+        run("tgtadm", *tgt, "--op", "new", "-b", str(two_portal_lun))
+        result = driver.extend_volume_on_host(info)
+        assert result.size == new and result.complete, json.dumps(result.to_json(), indent=1)
+        assert int(Path(f"/sys/block/{dm}/size").read_text()) * 512 == new
+        for dom in (a, b):
+            assert block_info(dom, alias).raw["inserted"]["image"]["virtual-size"] == new
+        driver.detach_volume(a.name(), vid)
+        driver.detach_volume(b.name(), vid)
+        wait_until(lambda: sessions() == [], 60, "both sessions gone after the last detach")
+    finally:
+        driver.close()

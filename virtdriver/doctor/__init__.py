@@ -1,8 +1,9 @@
 """``virtdriver doctor``: can this host attach volumes, and can it share them safely?
 
 :func:`diagnose` runs the probes (:mod:`.probes` for libvirt, QEMU, labels, directories and
-os-brick; :mod:`.storage` for every registered protocol and mount propagation;
-:mod:`.reservations` for SCSI persistent reservations) and returns a
+os-brick; :mod:`.initiators` for iscsid, multipathd, kernel modules; :mod:`.storage` for every
+registered protocol and mount propagation; :mod:`.reservations` for SCSI persistent
+reservations) and returns a
 :class:`~.verdict.DoctorReport`; :func:`~.report.format_report` prints it for an operator.
 
 Nothing on the host is left changed: os-brick is set up (its lock directory created), and the
@@ -25,6 +26,7 @@ from virtdriver.doctor.probes import (
     selinux_checks,
     selinux_mode,
 )
+from virtdriver.doctor.initiators import initiator_checks
 from virtdriver.doctor.report import format_report
 from virtdriver.doctor.reservations import reservations_check
 from virtdriver.doctor.storage import propagation_check, protocol_checks
@@ -50,6 +52,10 @@ def diagnose(driver: LibvirtVolumeDriver) -> DoctorReport:
     checks += directory_checks(driver, facts)  # before os-brick creates the lock directory
     checks.append(propagation_check(driver.mount_base, facts))
     checks.append(connector_check(driver, facts))
-    checks += protocol_checks(facts)
+    checks += initiator_checks(driver, facts)
+    enabled = frozenset(flag for flag, on in (("--native-iscsi", driver.options.native_iscsi),
+                                              ("--native-glusterfs",
+                                               driver.options.native_glusterfs)) if on)
+    checks += protocol_checks(facts, enabled)
     checks.append(reservations_check(facts, set(facts["qemu_block_drivers"])))
     return DoctorReport(driver.uri, checks, facts)

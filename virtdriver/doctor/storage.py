@@ -41,8 +41,10 @@ def qemu_block_drivers() -> set[str]:
     return set()
 
 
-def protocol_checks(facts: dict[str, Any]) -> list[Check]:
-    """For each registered protocol: can the host connect it, or QEMU by itself?"""
+def protocol_checks(facts: dict[str, Any], enabled: frozenset[str] = frozenset()) -> list[Check]:
+    """For each registered protocol: can the host connect it, or QEMU by itself? ``enabled``:
+    the QEMU options (``--native-iscsi``, ...) this driver is configured with; a protocol that
+    only QEMU can open, behind an option that is off, is not OK: its attach would fail."""
     drivers = qemu_block_drivers()
     found: dict[str, dict[str, Any]] = {}
     checks = []
@@ -67,7 +69,10 @@ def protocol_checks(facts: dict[str, Any]) -> list[Check]:
                          f"{'' if qemu_ok else ' missing: qemu-block-extra'}{how})")
         if not parts:
             parts.append("its driver declares no host probe: doctor cannot tell")
-        status: Status = "ok" if (host is not None and host[0]) or qemu_ok else "warn"
+        qemu_used = qemu_ok and (driver.qemu_option is None or driver.qemu_option in enabled)
+        status: Status = "ok" if (host is not None and host[0]) or qemu_used else "warn"
+        if qemu_ok and not qemu_used and status == "warn":
+            parts.append(f"attaches work only with {driver.qemu_option}")
         checks.append(Check("protocols", volume_type, status, "; ".join(parts)))
     facts["protocols"] = found
     facts["qemu_block_drivers"] = sorted(drivers)

@@ -239,7 +239,14 @@ def _attach_guest(host: Host, request: VolumeRequest, target: Target, placement:
 
 
 def _why_refused(host: Host, dom: libvirt.virDomain, disk: Disk, message: str) -> str:
-    """libvirt's message, and for a denied open with label_policy 'none', whose data it is."""
+    """libvirt's message, and for a denied open with label_policy 'none', whose data it is;
+    for QEMU's own iSCSI initiator, the name it logged in as (a target's ACL admits names)."""
+    source = disk.source
+    if source is not None and source.protocol == "iscsi" and source.initiator is not None \
+            and source.initiator.iqn is not None:
+        return (f"{message} (QEMU's iSCSI initiator logged in as {source.initiator.iqn.name}: "
+                "the target must admit that name; --initiator-iqn names another, the default "
+                "is the host's /etc/iscsi/initiatorname.iscsi)")
     path = disk.source.dev or disk.source.file if disk.source is not None else None
     if host.options.label_policy != "none" or not path or "Permission denied" not in message:
         return message

@@ -6,12 +6,21 @@ nothing is loaded, mounted or started. A probe returns ``(ok, why)`` with ``why`
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 SYS = Path("/sys")
+PROC = Path("/proc")
 PROC_FILESYSTEMS = Path("/proc/filesystems")
 DEV_FUSE = Path("/dev/fuse")
+MODULES = Path("/lib/modules")
+#: iscsiadm reaches iscsid on this abstract UNIX socket (open-iscsi's ``ISCSIADM_ABSTRACT_NAMESPACE``);
+#: systemd listens on it for a socket-activated iscsid.
+ISCSID_SOCKET = "@ISCSIADM_ABSTRACT_NAMESPACE"
+#: The lowest os-brick whose NVMe-oF connector finds the namespace on kernels >= 5.x (older ones
+#: cannot match a controller whose address carries ``src_addr``: "Volume device not found").
+MIN_OS_BRICK_NVMEOF = (6, 6, 0)
 
 
 def binary(name: str) -> bool:
@@ -46,17 +55,106 @@ def verdict(missing: list[str], present: str) -> tuple[bool, str]:
     return not missing, ", ".join(missing) or present
 
 
+def module_state(name: str) -> str:
+    """``loaded`` (or built in), ``loadable`` (in the running kernel's modules.dep, and module
+    loading not disabled) or ``missing``."""
+    if module(name):
+        return "loaded"
+    release = os.uname().release
+    wanted = {f"{name}.ko", f"{name.replace('_', '-')}.ko"}
+    for listing in ("modules.builtin", "modules.dep"):
+        try:
+            text = (MODULES / release / listing).read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            base = line.split(":", 1)[0].rsplit("/", 1)[-1]
+            if base.split(".ko", 1)[0] + ".ko" in wanted:
+                if listing == "modules.builtin":
+                    return "loaded"
+                return "missing" if _modules_disabled() else "loadable"
+    return "missing"
+
+
+def _modules_disabled() -> bool:
+    try:
+        return (PROC / "sys" / "kernel" / "modules_disabled").read_text().strip() == "1"
+    except OSError:
+        return False
+
+
+def running(program: str) -> int | None:
+    """The pid of a process whose name (``comm``) is ``program``, if one runs."""
+    for entry in PROC.iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == program:
+                    return int(entry.name)
+            except OSError:
+                continue
+    return None
+
+
+def listening(abstract: str) -> bool:
+    """A UNIX socket of that (``@``-prefixed, abstract) name is listening."""
+    try:
+        lines = (PROC / "net" / "unix").read_text().splitlines()[1:]
+    except OSError:
+        return False
+    return any(line.split()[-1] == abstract for line in lines if len(line.split()) >= 8)
+
+
+def iscsid_state() -> str:
+    """``running``, ``socket`` (systemd starts it on iscsiadm's first call) or ``stopped``."""
+    if running("iscsid"):
+        return "running"
+    return "socket" if listening(ISCSID_SOCKET) else "stopped"
+
+
+def os_brick_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("os-brick")
+    except PackageNotFoundError:
+        return None
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    parts = []
+    for part in text.split("."):
+        digits = "".join(c for c in part if c.isdigit()) if part[:1].isdigit() else ""
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
 def iscsi_initiator() -> tuple[bool, str]:
+    """iscsiadm, iscsid reachable, iscsi_tcp loaded or loadable (iscsid loads it)."""
     missing = [] if binary("iscsiadm") else ["no iscsiadm"]
-    if not ((SYS / "class" / "iscsi_transport").is_dir() or module("iscsi_tcp")):
-        missing.append("no iscsi_tcp")
-    return verdict(missing, "iscsiadm and iscsi_tcp")
+    tcp = module_state("iscsi_tcp")
+    if tcp == "missing" and not (SYS / "class" / "iscsi_transport").is_dir():
+        missing.append("no iscsi_tcp module in this kernel")
+    if iscsid_state() == "stopped":
+        missing.append("iscsid not running (nor socket-activated)")
+    return verdict(missing, f"iscsiadm, iscsid, iscsi_tcp {tcp}")
 
 
 def nvme_fabrics() -> tuple[bool, str]:
-    missing = ([] if Path("/dev/nvme-fabrics").exists() else ["no /dev/nvme-fabrics"]) + (
-        [] if binary("nvme") else ["no nvme CLI"])
-    return verdict(missing, "/dev/nvme-fabrics and nvme CLI")
+    """nvme CLI, nvme_tcp loaded or loadable, and an os-brick whose connector works here."""
+    missing = [] if binary("nvme") else ["no nvme CLI"]
+    tcp = module_state("nvme_tcp")
+    if tcp == "missing":
+        missing.append("no nvme_tcp module in this kernel")
+    brick = os_brick_version()
+    if brick is None:
+        missing.append("no os-brick")
+    elif version_tuple(brick) < MIN_OS_BRICK_NVMEOF:
+        missing.append(f"os-brick {brick} is older than "
+                       f"{'.'.join(map(str, MIN_OS_BRICK_NVMEOF))} (its connector does not find "
+                       "the namespace on current kernels)")
+    return verdict(missing, f"nvme CLI, nvme_tcp {tcp}, os-brick {brick}")
 
 
 def fuse_mount(helper: str) -> tuple[bool, str]:
