@@ -99,7 +99,7 @@ def test_kernel_iscsi_chap(tgt_lun, guests, volume_driver, caplog, raw_brick_log
     in, the guest's writes reach the target, the last detach logs out; neither secret is in
     any log line."""
     from virtdriver.errors import VirtDriverError
-    from virtdriver.guests import read_pattern, write_pattern
+    from testhosts.guests import read_pattern, write_pattern
 
     caplog.set_level(logging.DEBUG)
     password, wrong = secrets.token_hex(8), secrets.token_hex(8)
@@ -175,7 +175,7 @@ def test_native_iscsi_logs_in_as_the_host(acl_target, guests, tmp_path, caplog,
     target, and the error names the initiator QEMU logged in as."""
     from virtdriver import LibvirtVolumeDriver
     from virtdriver.errors import AttachFailed
-    from virtdriver.guests import block_info, read_pattern, write_pattern
+    from testhosts.guests import block_info, read_pattern, write_pattern
 
     caplog.set_level(logging.DEBUG)
     backing, host_iqn, password = acl_target

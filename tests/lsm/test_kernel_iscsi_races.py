@@ -56,7 +56,7 @@ def both(w1: Worker, c1: dict, w2: Worker, c2: dict) -> tuple[dict, dict]:
 
 
 def test_two_processes_race_on_one_session(tgt_lun, guests, tmp_path: Path) -> None:
-    from virtdriver.guests import block_info, read_pattern, write_pattern
+    from testhosts.guests import block_info, read_pattern, write_pattern
 
     a, b = guests.start("a"), guests.start("b")
     w1, w2 = Worker(tmp_path / "state"), Worker(tmp_path / "state")

@@ -200,7 +200,7 @@ def test_multipath_online_extend(two_portal_lun, multipathd, guests, tmp_path) -
     rescans both paths and resizes the map through os-brick (multipathd), and both guests'
     QEMU see the new size in query-block."""
     from virtdriver import LibvirtVolumeDriver
-    from virtdriver.guests import SYSTEM_URI, block_info
+    from testhosts.guests import SYSTEM_URI, block_info
 
     driver = LibvirtVolumeDriver(SYSTEM_URI, state_dir=tmp_path / "state", detach_timeout=20,
                                  use_multipath=True)
