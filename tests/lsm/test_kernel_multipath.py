@@ -189,12 +189,6 @@ def test_multipath_shared_volume_survives_a_path_loss(two_portal_lun, multipathd
         driver.close()
 
 
-
-@pytest.mark.xfail(strict=False, reason=(
-    "measured twice under SELinux: os-brick grows both sd paths and virtdriver reports "
-    "host_size 96 MiB, but both guests' QEMU still see 64 MiB on /dev/dm-0 (block_resize: "
-    "'Cannot grow device files'; the ro guest's reopen reads 64 MiB): the multipath map was "
-    "not resized; the result says so (complete False, per-guest problem and fix)"))
 def test_multipath_online_extend(two_portal_lun, multipathd, guests, tmp_path) -> None:
     """The LUN grows (re-added over the grown file, both sessions stay); virtdriver's extend
     rescans both paths and resizes the map through os-brick (multipathd), and both guests'

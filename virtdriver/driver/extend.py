@@ -144,7 +144,7 @@ def _refresh_host(host: Host, request: VolumeRequest, users: list[DiskUse]) -> i
     grown = None
     if request.protocol is not None:
         grown = brick.extend(request.protocol, dict(request.data), host.options.state_dir,
-                             **request.driver.connector_options(request.options))
+                             **host.extend_connector_options(request))
     source = users[0].disk.source
     if grown is None and source is not None and source.file:
         try:

@@ -180,6 +180,15 @@ class Host:
             extra["use_multipath"] = True
         return extra
 
+    def extend_connector_options(self, request: VolumeRequest) -> dict[str, Any]:
+        """The connector a rescan must use: the one the volume was connected with here (its
+        record's: with multipath, os-brick then grows the map too, not only its paths), else the
+        one a connect would use now."""
+        record = self.records.load(request.vid)
+        if record is not None and record.protocol == request.protocol:
+            return dict(record.connector_options)
+        return self._connector_options(request)
+
     def _brick_properties(self, request: VolumeRequest) -> dict[str, Any]:
         properties = dict(request.data)
         if self.options.enforce_multipath:
