@@ -21,7 +21,6 @@ sharing, cache policy for sharing, or labels: :mod:`virtdriver.policy` owns thos
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -213,6 +212,8 @@ def host_name(value: Any, where: str) -> str:
 def _is_ipv6(value: str) -> bool:
     if "%" in value:  # a scope id: libvirt's schema has no room for it
         return False
+    import ipaddress  # only for a host that is not a DNS name
+
     try:
         ipaddress.IPv6Address(value)
     except ValueError:
