@@ -1,13 +1,20 @@
-"""Attach and detach latency: the driver against raw libvirt calls, same guest and disk.
+"""Attach and detach latency: the driver against raw libvirt calls, same guest and disk, with N
+running guests on the host.
 
-    .venv/bin/python benchmarks/bench_attach.py [--rounds 30]
+    .venv/bin/python benchmarks/bench_attach.py [--rounds 30] [--guests 1 8 32 96]
 
-Raw: ``attachDeviceFlags`` of the rendered XML, then ``detachDeviceFlags`` and a wait for the
-DEVICE_REMOVED event. Also measured: raw attach preceded by the libvirt calls the driver's safety
-read of the host needs (both domain lists, each domain's live and persistent XML) and nothing
-else, the floor any driver that reads who uses a volume from libvirt pays. Driver: ``attach_volume`` / ``detach_volume`` of a raw file volume (the
-GPFS connector: os-brick's connect is a no-op for it, so its own cost is excluded). Rounds
-alternate between the two so noise hits both alike; medians are reported.
+For each guest count (the host grows from one count to the next), every guest runs with a volume
+of its own attached through the driver (so each has a disk, and the host has a host-connection
+record per guest, as a compute host would), and one of them is measured on. Rounds alternate
+between the two sides so that noise hits both alike; medians are reported.
+
+- raw: ``attachDeviceFlags`` of the disk the driver would render (same target and unit), then
+  ``detachDeviceFlags`` and a wait for DEVICE_REMOVED;
+- virtdriver: ``attach_volume`` / ``detach_volume`` of a raw file volume (the GPFS connector:
+  os-brick's connect is a no-op for it, so its own cost is excluded);
+- floor: the raw attach preceded by the libvirt calls a read of who uses the data needs (both
+  domain lists, each domain's live and persistent XML) and nothing else -- what any driver pays
+  that answers that question from libvirt without a cache.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import libvirt
@@ -37,19 +45,18 @@ def timed(settle: float, call: Callable[..., object], *args: object) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--settle", type=float, default=0.05,
-                        help="seconds of quiet before each timed call, so that neither side "
-                             "starts while libvirtd still finishes the previous removal")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    conn = open_connection("qemu:///system")
-    events = DeviceEvents(conn)
+def volume(image: Path) -> dict:
+    vid = str(uuid.uuid4())
+    return {"driver_volume_type": "gpfs", "serial": vid, "multiattach": True,
+            "data": {"volume_id": vid, "device_path": str(image)}}
+
+
+def measure(conn: libvirt.virConnect, events: DeviceEvents, driver: LibvirtVolumeDriver,
+            dom: libvirt.virDomain, image: Path, rounds: int, settle: float) -> dict[str, float]:
+    """Median milliseconds of each side, ``rounds`` alternating rounds on ``dom``."""
 
     def read_then_attach(xml: str) -> None:
-        """The round trips of the driver's host read, then the raw attach: no Python work."""
+        """The round trips of a read of the host, then the raw attach: no Python work."""
         running = {d.UUIDString(): d for d in
                    conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE)}
         defined = {d.UUIDString(): d for d in
@@ -61,43 +68,77 @@ def main() -> None:
         dom.attachDeviceFlags(xml, FLAGS)
 
     def raw_detach(xml: str, alias: str) -> None:
-        detach_and_wait(events, dom, xml, alias, timeout=30, flags=FLAGS)
+        detach_and_wait(events, dom, xml, alias, timeout=60, flags=FLAGS)
 
-    with tempfile.TemporaryDirectory() as tmp, Guests(conn) as guests:
-        dom = guests.start("bench")
-        image = sparse_file(Path(tmp) / "bench.raw")
+    times: dict[str, list[float]] = {k: [] for k in ("raw_attach", "raw_detach", "attach",
+                                                     "detach", "read_attach")}
+    for _ in range(rounds):
+        info = volume(image)
+        vid = info["data"]["volume_id"]
+        # The disk the driver renders for this guest: its second disk, sdb on unit 1.
+        xml = build_disk(info, target_dev="sdb", bus="scsi", scsi_unit=1).to_xml()
+        alias = f"ua-{vid}"
+        times["raw_attach"].append(timed(settle, dom.attachDeviceFlags, xml, FLAGS))
+        times["raw_detach"].append(timed(settle, raw_detach, xml, alias))
+        times["attach"].append(timed(settle, driver.attach_volume, info, dom.name()))
+        times["detach"].append(timed(settle, driver.detach_volume, dom.name(), vid))
+        events.clear()  # the driver waited for its own DEVICE_REMOVED
+        times["read_attach"].append(timed(settle, read_then_attach, xml))
+        raw_detach(xml, alias)
+    return {k: statistics.median(v) * 1000 for k, v in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--guests", type=int, nargs="+", default=[1],
+                        help="running guests on the host (several: measured in turn, the host "
+                             "growing from one count to the next)")
+    parser.add_argument("--settle", type=float, default=0.05,
+                        help="seconds of quiet before each timed call, so that neither side "
+                             "starts while libvirtd still finishes the previous removal")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    conn = open_connection("qemu:///system")
+    events = DeviceEvents(conn)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, Guests(conn, memory_mib=64) as guests:
         driver = LibvirtVolumeDriver("qemu:///system", state_dir=Path(tmp) / "state")
-        times: dict[str, list[float]] = {k: [] for k in ("raw_attach", "raw_detach", "attach",
-                                                         "detach", "read_attach")}
-        for _ in range(args.rounds):
-            vid = str(uuid.uuid4())
-            info = {"driver_volume_type": "gpfs", "serial": vid, "multiattach": True,
-                    "data": {"volume_id": vid, "device_path": str(image)}}
-            xml = build_disk(info, target_dev="sda", bus="scsi", scsi_unit=0).to_xml()
-            alias = f"ua-{vid}"
-            times["raw_attach"].append(timed(args.settle, dom.attachDeviceFlags, xml, FLAGS))
-            times["raw_detach"].append(timed(args.settle, raw_detach, xml, alias))
-            times["attach"].append(timed(args.settle, driver.attach_volume, info, dom.name()))
-            times["detach"].append(timed(args.settle, driver.detach_volume, dom.name(), vid))
-            events.clear()  # the driver waited for its own DEVICE_REMOVED
-            times["read_attach"].append(timed(args.settle, read_then_attach, xml))
-            raw_detach(xml, alias)
+        image = sparse_file(Path(tmp) / "bench.raw")
+        doms: list[libvirt.virDomain] = []
+
+        def start(i: int) -> libvirt.virDomain:
+            dom = guests.start(f"bench{i}")
+            driver.attach_volume(volume(sparse_file(Path(tmp) / f"own{i}.raw")), dom.name())
+            return dom
+
+        for count in sorted(set(args.guests)):
+            with ThreadPoolExecutor(4) as pool:
+                doms += list(pool.map(start, range(len(doms), count)))
+            warm = volume(image)  # untimed: os-brick's one-time import and setup
+            driver.attach_volume(warm, doms[0].name())
+            driver.detach_volume(doms[0].name(), warm["data"]["volume_id"])
+            events.clear()
+            med = measure(conn, events, driver, doms[0], image, args.rounds, args.settle)
+            row = {"guests": count, "domains": len(conn.listAllDomains()),
+                   **{f"{k}_ms": round(v, 2) for k, v in med.items()},
+                   "attach_ratio": round(med["attach"] / med["raw_attach"], 3),
+                   "detach_ratio": round(med["detach"] / med["raw_detach"], 3),
+                   "read_attach_ratio": round(med["read_attach"] / med["raw_attach"], 3),
+                   "rounds": args.rounds}
+            rows.append(row)
+            if not args.json:
+                print(f"{count} guest(s) ({row['domains']} domains on the host), medians of "
+                      f"{args.rounds} alternating rounds:")
+                print(f"  {'':<34}{'raw (ms)':>10}{'virtdriver (ms)':>17}{'ratio':>8}")
+                for op in ("attach", "detach"):
+                    print(f"  {op:<34}{row['raw_' + op + '_ms']:>10.1f}{row[op + '_ms']:>17.1f}"
+                          f"{row[op + '_ratio']:>8.2f}")
+                print(f"  {'raw attach after the host read':<34}{row['raw_attach_ms']:>10.1f}"
+                      f"{row['read_attach_ms']:>17.1f}{row['read_attach_ratio']:>8.2f}")
         driver.close()
-    med = {k: statistics.median(v) * 1000 for k, v in times.items()}
-    result = {f"{k}_ms": round(v, 2) for k, v in med.items()}
-    result["attach_ratio"] = round(med["attach"] / med["raw_attach"], 2)
-    result["detach_ratio"] = round(med["detach"] / med["raw_detach"], 2)
-    result["read_attach_ratio"] = round(med["read_attach"] / med["raw_attach"], 2)
-    result["rounds"] = args.rounds
     if args.json:
-        print(json.dumps(result))
-        return
-    print(f"{'operation':<10}{'raw libvirt (ms)':>18}{'virtdriver (ms)':>18}{'ratio':>8}")
-    for op in ("attach", "detach"):
-        print(f"{op:<10}{med['raw_' + op]:>18.1f}{med[op]:>18.1f}{result[op + '_ratio']:>8.2f}")
-    print(f"{'raw attach after the host read':<34}{med['read_attach']:>18.1f}"
-          f"{result['read_attach_ratio']:>8.2f}  (the floor of reading libvirt first)")
-    print(f"medians of {args.rounds} alternating rounds on one guest")
+        print(json.dumps(rows if len(rows) > 1 else rows[0]))
 
 
 if __name__ == "__main__":

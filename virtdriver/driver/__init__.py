@@ -18,17 +18,32 @@ from pathlib import Path
 from typing import Any
 
 from virtdriver.attachment import Attachment
-from virtdriver.driver import attach as attach_steps
-from virtdriver.driver import detach as detach_steps
-from virtdriver.driver import migrate as migrate_steps
-from virtdriver.driver import swap as swap_steps
 from virtdriver.driver.host import Host
 from virtdriver.driver.options import DEFAULT_STATE_DIR, HostOptions, check_timeout
-from virtdriver.hypervisor import brick
-from virtdriver.hypervisor.capabilities import host_capabilities
-from virtdriver.hypervisor.mounts import ensure_shared
 from virtdriver.hypervisor.usage import DiskUse
-from virtdriver.policy import check_attach_mode
+
+
+
+def check_attach_mode(value: object, where: str = "attach_mode") -> str:
+    """:func:`virtdriver.policy.check_attach_mode` (the policy of one disk, imported on use)."""
+    from virtdriver.policy import check_attach_mode as check
+
+    return check(value, where)
+
+
+class _Steps:
+    """The step modules, imported on first use: a command that only reads the host (list,
+    audit) does not pay for attach, detach, swap and migration at start."""
+
+    def __getattr__(self, name: str) -> Any:
+        import importlib
+
+        module = importlib.import_module(f"virtdriver.driver.{name}")
+        setattr(self, name, module)
+        return module
+
+
+_steps = _Steps()
 
 __all__ = ["DEFAULT_STATE_DIR", "HostOptions", "LibvirtVolumeDriver"]
 
@@ -59,6 +74,8 @@ class LibvirtVolumeDriver:
         """Make the mount base a shared mount point now (a compute service calls this when it
         starts, before it starts guests). Attaching a share does it too, but a guest started
         before that cannot see shares mounted later and is refused until it restarts."""
+        from virtdriver.hypervisor.mounts import ensure_shared
+
         ensure_shared(str(self.options.mount_base), self.options.lock_dir)
 
     # ---- queries ----------------------------------------------------------------------------
@@ -79,6 +96,8 @@ class LibvirtVolumeDriver:
     def connector_properties(self, attach_mode: str = "rw", *, my_ip: str = "127.0.0.1",
                              multipath: bool = False) -> dict[str, Any]:
         """os-brick's host connector properties plus ``mode``, for the storage service."""
+        from virtdriver.hypervisor import brick
+
         props = brick.connector_properties(self.options.state_dir, my_ip=my_ip,
                                            multipath=multipath)
         props["mode"] = check_attach_mode(attach_mode)
@@ -86,6 +105,8 @@ class LibvirtVolumeDriver:
 
     def capabilities(self) -> dict[str, Any]:
         """What this host supports, read from the running libvirt and QEMU."""
+        from virtdriver.hypervisor.capabilities import host_capabilities
+
         return host_capabilities(self.hosting.connection.get())
 
     # ---- operations -------------------------------------------------------------------------
@@ -99,9 +120,9 @@ class LibvirtVolumeDriver:
         Anything that fails is undone, the host connect included unless another local guest
         still uses the volume.
         """
-        placement = attach_steps.Placement(check_attach_mode(attach_mode), target_dev, bus,
+        placement = _steps.attach.Placement(check_attach_mode(attach_mode), target_dev, bus,
                                            device, luks_secret_uuid)
-        return attach_steps.attach(self.hosting, connection_info, [instance], [placement])[0]
+        return _steps.attach.attach(self.hosting, connection_info, [instance], [placement])[0]
 
     def attach_volume_to_many(self, connection_info: Mapping[str, Any],
                               instances: Sequence[str], *,
@@ -116,10 +137,10 @@ class LibvirtVolumeDriver:
         ``progress`` hears of each guest once the outcome of the whole call is known.
         """
         instances = list(instances)
-        placements = [attach_steps.Placement(check_attach_mode(
+        placements = [_steps.attach.Placement(check_attach_mode(
             attach_mode.get(i, "rw") if isinstance(attach_mode, Mapping) else attach_mode,
             f"attach_mode[{i}]")) for i in instances]
-        return attach_steps.attach(self.hosting, connection_info, instances, placements,
+        return _steps.attach.attach(self.hosting, connection_info, instances, placements,
                                    progress=progress, max_parallel=max_parallel)
 
     def detach_volume(self, instance: str, volume_id: str, *, timeout: float | None = None,
@@ -131,12 +152,12 @@ class LibvirtVolumeDriver:
         """
         wait = self.options.detach_timeout if timeout is None else check_timeout(timeout,
                                                                                  "timeout")
-        detach_steps.detach(self.hosting, instance, volume_id, wait, connection_info)
+        _steps.detach.detach(self.hosting, instance, volume_id, wait, connection_info)
 
     def release_volume(self, volume_id: str) -> bool:
         """Release a volume's recorded host connection that no guest on this host uses (after a
         guest vanished behind the driver's back); ``False`` when nothing was recorded."""
-        return detach_steps.release(self.hosting, volume_id)
+        return _steps.detach.release(self.hosting, volume_id)
 
     def swap_volume(self, instance: str, old_connection_info: Mapping[str, Any],
                     new_connection_info: Mapping[str, Any], *,
@@ -148,13 +169,13 @@ class LibvirtVolumeDriver:
         """
         wait = self.options.detach_timeout if timeout is None else check_timeout(timeout,
                                                                                  "timeout")
-        return swap_steps.swap(self.hosting, instance, old_connection_info, new_connection_info,
+        return _steps.swap.swap(self.hosting, instance, old_connection_info, new_connection_info,
                                wait)
 
     def extend_volume(self, instance: str, connection_info: Mapping[str, Any],
                       new_size: int) -> int:
         """Grow an attached volume; returns the size the guest now sees, in bytes."""
-        return swap_steps.extend(self.hosting, instance, connection_info, new_size)
+        return _steps.swap.extend(self.hosting, instance, connection_info, new_size)
 
     # ---- live migration (see virtdriver.driver.migrate) -------------------------------------
 
@@ -162,28 +183,28 @@ class LibvirtVolumeDriver:
                          attach_mode: str = "rw") -> None:
         """On the destination: connect the volume for ``instance`` before it arrives by live
         migration; it counts as a user of the volume here from now on."""
-        migrate_steps.prepare_incoming(self.hosting, connection_info, instance, attach_mode)
+        _steps.migrate.prepare_incoming(self.hosting, connection_info, instance, attach_mode)
 
     def incoming_xml(self, domain_xml: str,
                      connection_infos: Sequence[Mapping[str, Any]]) -> str:
         """On the destination: the guest's domain XML with its volumes rendered for this host."""
-        return migrate_steps.incoming_xml(self.hosting, domain_xml, connection_infos)
+        return _steps.migrate.incoming_xml(self.hosting, domain_xml, connection_infos)
 
     def abort_incoming(self, instance: str, volume_id: str) -> bool:
         """On the destination, after a failed migration: undo :meth:`prepare_incoming`."""
-        return migrate_steps.abort_incoming(self.hosting, instance, volume_id)
+        return _steps.migrate.abort_incoming(self.hosting, instance, volume_id)
 
     def finish_outgoing(self, instance: str, volume_id: str) -> list[str]:
         """On the source, once ``instance`` left: release the volume's host side unless another
         guest here uses it; returns the guests that still do."""
-        return migrate_steps.finish_outgoing(self.hosting, instance, volume_id)
+        return _steps.migrate.finish_outgoing(self.hosting, instance, volume_id)
 
     def migrate(self, instance: str, destination: LibvirtVolumeDriver,
                 connection_infos: Sequence[Mapping[str, Any]], *,
                 uri: str | None = None) -> list[str]:
         """Live-migrate ``instance`` and its volumes to ``destination`` (all three steps around
         libvirt's migration); returns the volumes this host keeps connected for other guests."""
-        return migrate_steps.migrate(self.hosting, destination.hosting, instance,
+        return _steps.migrate.migrate(self.hosting, destination.hosting, instance,
                                      connection_infos, uri=uri)
 
     def close(self) -> None:
