@@ -5,8 +5,9 @@ running guests on the host.
 
 For each guest count (the host grows from one count to the next), every guest runs with a volume
 of its own attached through the driver (so each has a disk, and the host has a host-connection
-record per guest, as a compute host would), and one of them is measured on. Rounds alternate
-between the two sides so that noise hits both alike; medians are reported.
+record per guest, as a compute host would), and one of them is measured on. The sides alternate
+within each round, each taking each place in the round equally often, so that noise hits all
+alike; medians are reported.
 
 - raw: ``attachDeviceFlags`` of the disk the driver would render (same target and unit), then
   ``detachDeviceFlags`` and a wait for DEVICE_REMOVED;
@@ -62,9 +63,13 @@ def measure(conn: libvirt.virConnect, events: DeviceEvents, driver: LibvirtVolum
         defined = {d.UUIDString(): d for d in
                    conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_PERSISTENT)}
         for uuid_, each in (running | defined).items():
-            each.XMLDesc(0)
-            if uuid_ in running and uuid_ in defined:
-                each.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+            try:
+                each.XMLDesc(0)
+                if uuid_ in running and uuid_ in defined:
+                    each.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+            except libvirt.libvirtError as exc:  # another user's guest went away meanwhile
+                if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
+                    raise
         dom.attachDeviceFlags(xml, FLAGS)
 
     def raw_detach(xml: str, alias: str) -> None:
@@ -72,19 +77,31 @@ def measure(conn: libvirt.virConnect, events: DeviceEvents, driver: LibvirtVolum
 
     times: dict[str, list[float]] = {k: [] for k in ("raw_attach", "raw_detach", "attach",
                                                      "detach", "read_attach")}
-    for _ in range(rounds):
-        info = volume(image)
-        vid = info["data"]["volume_id"]
-        # The disk the driver renders for this guest: its second disk, sdb on unit 1.
-        xml = build_disk(info, target_dev="sdb", bus="scsi", scsi_unit=1).to_xml()
-        alias = f"ua-{vid}"
+
+    def raw(info: dict, xml: str, alias: str) -> None:
         times["raw_attach"].append(timed(settle, dom.attachDeviceFlags, xml, FLAGS))
         times["raw_detach"].append(timed(settle, raw_detach, xml, alias))
+
+    def ours(info: dict, xml: str, alias: str) -> None:
         times["attach"].append(timed(settle, driver.attach_volume, info, dom.name()))
-        times["detach"].append(timed(settle, driver.detach_volume, dom.name(), vid))
+        times["detach"].append(timed(settle, driver.detach_volume, dom.name(),
+                                     info["data"]["volume_id"]))
         events.clear()  # the driver waited for its own DEVICE_REMOVED
+
+    def floor(info: dict, xml: str, alias: str) -> None:
         times["read_attach"].append(timed(settle, read_then_attach, xml))
+        time.sleep(settle)
         raw_detach(xml, alias)
+
+    sides = [raw, ours, floor]
+    for n in range(rounds):
+        # Each side takes each place in the round equally often (what libvirtd still does
+        # after the previous detach must not favour one side).
+        for side in sides[n % 3:] + sides[:n % 3]:
+            info = volume(image)
+            # The disk the driver renders for this guest: its second disk, sdb on unit 1.
+            xml = build_disk(info, target_dev="sdb", bus="scsi", scsi_unit=1).to_xml()
+            side(info, xml, f"ua-{info['data']['volume_id']}")
     return {k: statistics.median(v) * 1000 for k, v in times.items()}
 
 

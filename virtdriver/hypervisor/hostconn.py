@@ -94,12 +94,23 @@ class HostConnections:
         return vid, record
 
     def save(self, volume_id: str, record: HostRecord) -> None:
+        """Write the record whole or not at all: a new file, renamed over the old one."""
         path = self.path(volume_id)
+        fields = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+        text = json.dumps(fields | {"volume_id": volume_id}, default=str).encode()
+        tmp = path.with_suffix(".tmp")
         try:
-            self.records.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(dataclasses.asdict(record) | {"volume_id": volume_id},
-                                      default=str))
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            except FileNotFoundError:  # the first record in this state directory
+                self.records.mkdir(parents=True, exist_ok=True)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            try:
+                view = memoryview(text)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
             os.replace(tmp, path)
         except OSError as exc:
             raise StateError(f"cannot write the host-connection record {path}: "
