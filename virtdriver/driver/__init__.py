@@ -91,7 +91,11 @@ class LibvirtVolumeDriver:
 
     def volume_users(self, volume: str) -> list[DiskUse]:
         """Every disk on this host that is ``volume`` (a volume id)."""
-        return [u for s in self.hosting.states() for u in s.disks if u.volume == volume]
+        from virtdriver.hypervisor.usage import Wanted
+
+        wanted = Wanted(volume, None)  # only guests whose XML can hold the volume are parsed
+        return [u for d in self.hosting.view(arriving=False).domains if d.may_use(wanted)
+                for u in d.parsed.disks if u.volume == volume]
 
     def connector_properties(self, attach_mode: str = "rw", *, my_ip: str = "127.0.0.1",
                              multipath: bool = False) -> dict[str, Any]:
