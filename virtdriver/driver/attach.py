@@ -26,7 +26,8 @@ from virtdriver.hypervisor.dataid import data_identity
 from virtdriver.hypervisor.locks import guest_generation, guest_lock
 from virtdriver.hypervisor.mounts import check_guest_sees
 from virtdriver.hypervisor.targets import bus_for, pick_target
-from virtdriver.hypervisor.usage import DiskUse, DomainXml, HostView, ListedDomain, list_domains
+from virtdriver.hypervisor.usage import DiskUse, DomainXml, HostView, ListedDomain, Wanted
+from virtdriver.hypervisor.usage import list_domains
 from virtdriver.policy import check_hotplug_bus
 from virtdriver.policy.identity import alias_for
 from virtdriver.policy.sharing import refuse_attach, refuse_fan_out, users_of
@@ -184,40 +185,44 @@ def _attach_guest(host: Host, request: VolumeRequest, target: Target, placement:
             except libvirt.libvirtError as exc:
                 raise HypervisorError(f"cannot read guest {target.name}",
                                       libvirt_message(exc)) from None
-        state = domain.state()
+        listed, layout = domain.listed, domain.placement
         try:
-            has_scsi = any(kind == "scsi" for kind, _ in state.controllers)
+            has_scsi = any(kind == "scsi" for kind, _ in layout.controllers)
             bus = placement.bus or bus_for(placement.target_dev, has_scsi)
-            dev, unit = pick_target([u.disk for u in state.disks], bus, placement.target_dev,
-                                    state.name, state.other_drive_units)
-            taken = {u.device_alias for u in state.disks if u.device_alias}
+            dev, unit = pick_target(layout.disks, bus, placement.target_dev, listed.name,
+                                    layout.other_drive_units)
+            taken = {d.alias.name for d in layout.disks if d.alias is not None and d.alias.name}
             alias = alias_for(request.vid, taken)
             disk = build_disk(request.info, attach_mode=placement.mode, target_dev=dev, bus=bus,
                               device=placement.device, scsi_unit=unit,
                               luks_secret_uuid=placement.luks_secret_uuid, alias=alias,
                               **host.render_kwargs())
             data = data_identity(disk)
-            others = [u for u in view.uses(request.vid, data) if u.guest_uuid != state.uuid]
-            refuse_attach(request.vid, data, request.multiattach, state.uuid, state.name,
-                          others + state.uses())
-            if state.active and disk.source is not None and disk.source.file:
-                check_guest_sees(state.uuid, state.name, disk.source.file,
+            # This guest's disks as read now (it may have been read again), the others' from the
+            # host's read; each parsed only if it can hold the volume or its data.
+            wanted = Wanted(request.vid, data)
+            here = wanted.uses(domain.parsed.uses()) if domain.may_use(wanted) else []
+            others = [u for u in view.uses(request.vid, data) if u.guest_uuid != listed.uuid]
+            refuse_attach(request.vid, data, request.multiattach, listed.uuid, listed.name,
+                          others + here)
+            if listed.active and disk.source is not None and disk.source.file:
+                check_guest_sees(listed.uuid, listed.name, disk.source.file,
                                  str(host.options.mount_base))
-            flags = libvirt.VIR_DOMAIN_AFFECT_LIVE if state.active else 0
-            if state.persistent:
+            flags = libvirt.VIR_DOMAIN_AFFECT_LIVE if listed.active else 0
+            if listed.persistent:
                 flags |= libvirt.VIR_DOMAIN_AFFECT_CONFIG
-            aliases[state.uuid] = alias
+            aliases[listed.uuid] = alias
             try:
-                state.dom.attachDeviceFlags(disk.to_xml(), flags)
+                listed.dom.attachDeviceFlags(disk.to_xml(), flags)
             except libvirt.libvirtError as exc:
                 raise AttachFailed(f"libvirt refused to attach volume {request.vid} to "
-                                   f"{state.name}", libvirt_message(exc)) from None
-            if state.active and disk.readonly and disk.type in ("block", "file"):
-                host.after_readonly_hotplug(state.dom, state.name, state.uuid)
+                                   f"{listed.name}", libvirt_message(exc)) from None
+            if listed.active and disk.readonly and disk.type in ("block", "file"):
+                host.after_readonly_hotplug(listed.dom, listed.name, listed.uuid)
         finally:
             guest.changed()
-    attachment = Attachment.from_use(DiskUse(state.name, state.uuid, state.active, state.active,
-                                             disk))
+    attachment = Attachment.from_use(DiskUse(listed.name, listed.uuid, listed.active,
+                                             listed.active, disk))
     assert attachment is not None  # the disk was rendered with its alias and target
     return attachment
 

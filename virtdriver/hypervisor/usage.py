@@ -135,6 +135,19 @@ class DomainXml:
         return DomainState(d.dom, d.name, d.uuid, d.active, d.persistent, disks,
                            current.controllers, current.other_drive_units)
 
+    @functools.cached_property
+    def placement(self) -> DomainDisks:
+        """Where the domain's disks sit, live and defined (their targets, addresses and
+        aliases only), and its controllers: what choosing a free device needs."""
+        if "parsed" in self.__dict__:  # parsed whole already
+            state = self.parsed
+            return DomainDisks(state.name, state.uuid, [u.disk for u in state.disks],
+                               state.controllers, other_drive_units=state.other_drive_units)
+        current = DomainDisks.from_xml(self.current, placement_only=True)
+        if self.config is not None:
+            current.disks += DomainDisks.from_xml(self.config, placement_only=True).disks
+        return current
+
     def may_use(self, wanted: Wanted) -> bool:
         """False only when neither the live XML nor the definition can hold a disk that is the
         wanted volume or its data (see :class:`Wanted`); then it need not be parsed."""
