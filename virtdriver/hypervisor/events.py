@@ -53,9 +53,20 @@ class DomainEvents:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._waiters: dict[tuple[str, str, str], _Waiter] = {}
+        self._conn: libvirt.virConnect | None = None
+        self._subscribed: libvirt.virConnect | None = None
 
     def register(self, conn: libvirt.virConnect) -> None:
-        """Subscribe on ``conn`` (again after every reconnect)."""
+        """Use ``conn`` (again after every reconnect). The subscription itself (four calls to
+        libvirt) is made when something is first waited for: a command that only reads, such
+        as ``virtdriver list``, never makes it."""
+        with self._lock:
+            self._conn = conn
+            if self._subscribed is not None:
+                self._subscribe(conn)
+
+    def _subscribe(self, conn: libvirt.virConnect) -> None:
+        """Subscribe on ``conn`` (the caller holds ``self._lock``)."""
         conn.domainEventRegisterAny(None, libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED,
                                     self._removed, None)
         conn.domainEventRegisterAny(None, libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVAL_FAILED,
@@ -64,6 +75,7 @@ class DomainEvents:
                                     self._block_job, None)
         conn.domainEventRegisterAny(None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE,
                                     self._lifecycle, None)
+        self._subscribed = conn
 
     # ---- device removal --------------------------------------------------------------------
 
@@ -97,6 +109,8 @@ class DomainEvents:
 
     def _expect(self, key: tuple[str, str, str]) -> None:
         with self._lock:
+            if self._conn is not None and self._subscribed is not self._conn:
+                self._subscribe(self._conn)  # before the caller acts: no event can be missed
             self._waiters[key] = _Waiter()
 
     def _forget(self, key: tuple[str, str, str]) -> None:
