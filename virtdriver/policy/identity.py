@@ -45,7 +45,9 @@ def volume_id_problem(value: object) -> str | None:
         return "is not a volume id (empty)"
     if len(value) > MAX_VOLUME_ID:
         return f"is not a volume id ({len(value)} characters; at most {MAX_VOLUME_ID})"
-    if not value.isprintable() or any(c.isspace() for c in value):
+    # Printable text holds one white-space character only, the ASCII space (every other is
+    # a separator or control character, which isprintable() refuses): no per-character loop.
+    if not value.isprintable() or " " in value:
         return "is not a volume id (white space or control characters)"
     try:
         value.encode("utf-8")
