@@ -224,7 +224,8 @@ class Wanted:
 
     It answers ``False`` only when no disk can be: a disk *is* the volume when its alias
     encodes the id (``ua-<encoded id>``, written verbatim) or a swap note in virtdriver's
-    ``<metadata>`` names it (the id itself, if it is verbatim text; else any note counts); a disk
+    ``<metadata>`` names it (``volume="<id>"``, if the id is verbatim text; else any note of
+    virtdriver's counts); a disk
     *holds the data* when the identity of a ``<source file|dev>`` path (device number, inode,
     resolved path: :mod:`~virtdriver.hypervisor.dataid`, the very function the parsed disk
     uses) is the data's, or, for a network volume, when its name appears (any network source,
@@ -238,9 +239,11 @@ class Wanted:
         self.data = data
         self._paths: dict[str, DataIdentity] = {}
         self._needles: list[str] = []
+        self._notes: tuple[str, ...] | None = None  # a swap note naming the volume
         if volume is not None:
             self._needles.append(ALIAS_PREFIX + encode_volume_id(volume))
-            self._needles.append(volume if VERBATIM_TEXT.fullmatch(volume) else NS)
+            self._notes = ((f'volume="{volume}"', f"volume='{volume}'")
+                           if VERBATIM_TEXT.fullmatch(volume) else ())
         self._by_path = data is not None and data[0] in ("dev", "inode", "path")
         if data is not None and data[0] == "net":
             name = data[2] if len(data) > 2 else ""
@@ -250,6 +253,9 @@ class Wanted:
 
     def may_be_in(self, xml: str) -> bool:
         if any(needle in xml for needle in self._needles):
+            return True
+        if self._notes is not None and NS in xml and (
+                not self._notes or any(note in xml for note in self._notes)):
             return True
         if not self._by_path:
             return False
