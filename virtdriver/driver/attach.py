@@ -212,11 +212,15 @@ def _attach_guest(host: Host, request: VolumeRequest, target: Target, placement:
             if listed.persistent:
                 flags |= libvirt.VIR_DOMAIN_AFFECT_CONFIG
             aliases[listed.uuid] = alias
+            cache = host.connection.xml
+            saved = cache.saved(listed) if cache is not None and cache.watching else None
             try:
                 listed.dom.attachDeviceFlags(disk.to_xml(), flags)
             except libvirt.libvirtError as exc:
                 raise AttachFailed(f"libvirt refused to attach volume {request.vid} to "
                                    f"{listed.name}", libvirt_message(exc)) from None
+            if saved is not None:
+                cache.confirm(listed, saved)  # type: ignore[union-attr]
             if listed.active and disk.readonly and disk.type in ("block", "file"):
                 host.after_readonly_hotplug(listed.dom, listed.name, listed.uuid)
         finally:
