@@ -218,6 +218,13 @@ def _unescape(text: str) -> str:
     return _ENTITY.sub(one, text)
 
 
+@functools.lru_cache(maxsize=2048)  # the same texts come back while libvirt changes nothing
+def source_paths(xml: str) -> tuple[str, ...]:
+    """The ``file``/``dev`` paths of every ``<source>`` element in a domain's XML text."""
+    return tuple(_unescape(quoted[0] or quoted[1])
+                 for attrs in _SOURCE.findall(xml) for quoted in _PATH.findall(attrs))
+
+
 class Wanted:
     """A volume id and its data's identity, and a cheap, conservative look at a domain's XML
     text that says whether any disk in it can be that volume or that data.
@@ -230,14 +237,15 @@ class Wanted:
     resolved path: :mod:`~virtdriver.hypervisor.dataid`, the very function the parsed disk
     uses) is the data's, or, for a network volume, when its name appears (any network source,
     if the name is not verbatim text). Every domain the driver must know about passes; most
-    others are never parsed. Path identities are remembered for the life of this object (one
-    read of the host).
+    others are never parsed. Path identities are remembered in ``paths`` (one read of the
+    host).
     """
 
-    def __init__(self, volume: str | None, data: DataIdentity | None) -> None:
+    def __init__(self, volume: str | None, data: DataIdentity | None,
+                 paths: dict[str, DataIdentity] | None = None) -> None:
         self.volume = volume
         self.data = data
-        self._paths: dict[str, DataIdentity] = {}
+        self._paths: dict[str, DataIdentity] = {} if paths is None else paths
         self._needles: list[str] = []
         self._notes: tuple[str, ...] | None = None  # a swap note naming the volume
         if volume is not None:
@@ -259,14 +267,12 @@ class Wanted:
             return True
         if not self._by_path:
             return False
-        for attrs in _SOURCE.findall(xml):
-            for quoted in _PATH.findall(attrs):
-                path = _unescape(quoted[0] or quoted[1])
-                found = self._paths.get(path)
-                if found is None:
-                    found = self._paths[path] = path_identity(path)
-                if found == self.data:
-                    return True
+        for path in source_paths(xml):
+            found = self._paths.get(path)
+            if found is None:
+                found = self._paths[path] = path_identity(path)
+            if found == self.data:
+                return True
         return False
 
     def uses(self, uses: Iterable[Use]) -> list[Use]:
@@ -284,6 +290,12 @@ class HostView:
     domains: list[DomainXml]
     # Users libvirt does not list (yet): guests expected here by live migration.
     arriving: list[Use] = dataclasses.field(default_factory=list)
+    # Path identities found while looking, and the answers given: one read of the host is asked
+    # about the same volume and data more than once (before the connect, then per guest).
+    _paths: dict[str, DataIdentity] = dataclasses.field(default_factory=dict, repr=False,
+                                                        compare=False)
+    _answers: dict[tuple[str | None, DataIdentity | None], list[Use]] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False)
 
     def states(self) -> list[DomainState]:
         """Every domain, parsed."""
@@ -296,9 +308,13 @@ class HostView:
     def uses(self, volume: str | None, data: DataIdentity | None) -> list[Use]:
         """Every disk on the host that is ``volume`` or holds ``data``, live or defined. Only
         the domains whose XML text can hold one (:class:`Wanted`) are parsed."""
-        wanted = Wanted(volume, data)
-        return wanted.uses([u for d in self.domains if d.may_use(wanted)
-                            for u in d.parsed.uses()] + self.arriving)
+        answer = self._answers.get((volume, data))
+        if answer is None:
+            wanted = Wanted(volume, data, self._paths)
+            answer = self._answers[(volume, data)] = wanted.uses(
+                [u for d in self.domains if d.may_use(wanted) for u in d.parsed.uses()]
+                + self.arriving)
+        return list(answer)
 
 
 def _uses(name: str, uuid: str, active: bool, live: bool, domain: DomainDisks) -> list[DiskUse]:
