@@ -105,6 +105,35 @@ def measure(conn: libvirt.virConnect, events: DeviceEvents, driver: LibvirtVolum
     return {k: statistics.median(v) * 1000 for k, v in times.items()}
 
 
+LOCAL_CALLS = {"UUIDString", "UUID", "name", "ID", "connect", "isAlive"}  # no round trip
+
+
+def round_trips(call: Callable[[], object]) -> int:
+    """Calls to libvirtd ``call`` makes (virDomain and virConnect methods the client library
+    cannot answer itself), counted for one untimed run."""
+    made = [0]
+    saved = {}
+    for cls in (libvirt.virDomain, libvirt.virConnect):
+        for name in dir(cls):
+            method = getattr(cls, name)
+            if name.startswith("_") or name in LOCAL_CALLS or not callable(method):
+                continue
+
+            def counted(*args: object, _m: Callable[..., object] = method,
+                        **kwargs: object) -> object:
+                made[0] += 1
+                return _m(*args, **kwargs)
+
+            saved[(cls, name)] = method
+            setattr(cls, name, counted)
+    try:
+        call()
+    finally:
+        for (cls, name), method in saved.items():
+            setattr(cls, name, method)
+    return made[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
@@ -137,11 +166,17 @@ def main() -> None:
             driver.detach_volume(doms[0].name(), warm["data"]["volume_id"])
             events.clear()
             med = measure(conn, events, driver, doms[0], image, args.rounds, args.settle)
+            counted = volume(image)
+            trips = {"attach": round_trips(lambda: driver.attach_volume(counted, doms[0].name())),
+                     "detach": round_trips(lambda: driver.detach_volume(
+                         doms[0].name(), counted["data"]["volume_id"]))}
+            events.clear()
             row = {"guests": count, "domains": len(conn.listAllDomains()),
                    **{f"{k}_ms": round(v, 2) for k, v in med.items()},
                    "attach_ratio": round(med["attach"] / med["raw_attach"], 3),
                    "detach_ratio": round(med["detach"] / med["raw_detach"], 3),
                    "read_attach_ratio": round(med["read_attach"] / med["raw_attach"], 3),
+                   "attach_round_trips": trips["attach"], "detach_round_trips": trips["detach"],
                    "rounds": args.rounds}
             rows.append(row)
             if not args.json:
@@ -153,6 +188,8 @@ def main() -> None:
                           f"{row[op + '_ratio']:>8.2f}")
                 print(f"  {'raw attach after the host read':<34}{row['raw_attach_ms']:>10.1f}"
                       f"{row['read_attach_ms']:>17.1f}{row['read_attach_ratio']:>8.2f}")
+                print(f"  calls to libvirtd: attach {trips['attach']}, detach {trips['detach']} "
+                      "(raw: 1 each)")
         driver.close()
     if args.json:
         print(json.dumps(rows if len(rows) > 1 else rows[0]))

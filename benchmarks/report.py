@@ -257,22 +257,28 @@ def main() -> None:
         f"persistent XML). Medians of {one['rounds']} rounds per count.",
         "",
         "| guests | domains on the host | raw attach (ms) | virtdriver attach (ms) | ratio | "
-        "floor ratio | raw detach (ms) | virtdriver detach (ms) | ratio |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "floor ratio | raw detach (ms) | virtdriver detach (ms) | ratio | calls to libvirtd "
+        "(attach / detach) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
         *[f"| {r['guests']} | {r['domains']} | {r['raw_attach_ms']:.1f} | {r['attach_ms']:.1f} | "
           f"{r['attach_ratio']:.2f}x | {r['read_attach_ratio']:.2f}x | {r['raw_detach_ms']:.1f} | "
-          f"{r['detach_ms']:.1f} | {r['detach_ratio']:.2f}x |" for r in curve],
+          f"{r['detach_ms']:.1f} | {r['detach_ratio']:.2f}x | {r['attach_round_trips']} / "
+          f"{r['detach_round_trips']} |" for r in curve],
         "",
         "What the driver does beyond raw libvirt, under the volume's and the data's locks: both "
-        "domain lists and every domain's live and persistent XML (no cache: the sharing and "
-        "\"still used\" decisions are taken from libvirt's state as it is now); a look at each "
-        "XML text for the volume's alias, a swap note, the identity of every source path or a "
-        "network volume's name, so that only the guests that can hold the volume or its data "
-        "are parsed; the crash-safe record of the host connection; the guest's lock and target "
-        "choice; the render. A detach reads the other guests while the guest releases the "
-        "device, and the guest itself once it has. The libvirt round trips still grow with the "
-        "number of guests (two per running guest); with many OS-less guests on two cores the "
-        "raw calls slow down as much.",
+        "domain lists and every domain's live and persistent XML as libvirt has it now (the "
+        "sharing and \"still used\" decisions), each domain's XML asked of libvirtd again only "
+        "when libvirt saved something new of it (its saved definition and live state compared "
+        "byte for byte), so the calls to libvirtd do not grow with the guests (5 per attach, 11 "
+        "per detach, `benchmarks/profile_attach.py`); a look at each XML text for the volume's "
+        "alias, a swap note, the identity of every source path or a network volume's name, so "
+        "that only the guests that can hold the volume or its data are parsed; the crash-safe "
+        "record of the host connection; the guest's lock and target choice; the render. A "
+        "detach reads the other guests while the guest releases the device, and the guest itself "
+        "once it has. The floor row is the raw attach after reading every domain's XML "
+        "from libvirtd, as the driver did before it kept them. On two cores, the OS-less guests "
+        "(about 5% of a core each, idle) load the machine from a few dozen on: every side slows "
+        "down, the driver's own work included.",
         "", "![guests](guests.png)", "", "![attach](attach.png)", "",
         "## Fan-out (multi-create)",
         "",
