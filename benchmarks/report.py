@@ -292,9 +292,10 @@ def main() -> None:
         "", "![fan-out](fanout.png)", "",
         "## The 'still used on this host' decision",
         "",
-        "As detach takes it (`Host.users(volume, data)`): both domain lists and every domain's "
-        "XML from libvirt, the guests that can hold the volume parsed (here all of them hold it: "
-        "the worst case), the arrivals by live migration. It grows with the number of guests.",
+        "As detach takes it (`Host.users(volume, data)`): both domain lists, every domain's XML "
+        "as libvirt has it now (asked of libvirtd again only for the domains libvirt changed), "
+        "the guests that can hold the volume or its data parsed (here every guest holds it: the "
+        "worst case, which grows with the guests), the arrivals by live migration.",
         "",
         "| guests | decision (ms) |",
         "|---|---|",
