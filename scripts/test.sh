@@ -2,7 +2,8 @@
 # The whole test suite, from a fresh machine: host setup (libvirt, QEMU, .venv), the storage
 # test backends on 127.0.0.1 (tgt, qemu-nbd, Ceph, Gluster) and a real Cinder on that Ceph (all
 # torn down afterwards if this run started them), then pytest.
-# Then nova's own libvirt volume tests against virtdriver.nova and its real-guest test
+# Then the benchmark report's quick mode (that it runs; its figures are not checked), and nova's
+# own libvirt volume tests against virtdriver.nova and its real-guest test
 # (scripts/nova-suite.sh; its nova venv is cached under /var/tmp; VIRTDRIVER_SKIP_NOVA=1 skips it).
 # The in-guest tests build their Linux test guest (testhosts/linuxguest) from the pytest fixture,
 # cached under /var/tmp/virtdriver-linuxguest.
@@ -33,6 +34,15 @@ cleanup() {
 trap cleanup EXIT
 status=0
 .venv/bin/python -m pytest "$@" || status=$?
+# The benchmark report in its quick mode (about half a minute, into a temporary directory): it
+# must keep running; benchmarks/report.py without --quick makes the committed report.
+quick=$(mktemp -d)
+if ! .venv/bin/python benchmarks/report.py --quick --out "$quick" >"$quick/log" 2>&1; then
+    echo "test.sh: benchmarks/report.py --quick failed:" >&2
+    tail -20 "$quick/log" >&2
+    status=1
+fi
+rm -rf "$quick"
 if [ "${VIRTDRIVER_SKIP_NOVA:-0}" != 1 ]; then
     ./scripts/nova-suite.sh || status=1
 fi
