@@ -1,13 +1,21 @@
-"""Attach and detach latency: the driver against raw libvirt calls, same guest and disk.
+"""Attach and detach latency: the driver against raw libvirt calls, same guest and disk, with N
+running guests on the host.
 
-    .venv/bin/python benchmarks/bench_attach.py [--rounds 30]
+    .venv/bin/python benchmarks/bench_attach.py [--rounds 30] [--guests 1 8 32 96]
 
-Raw: ``attachDeviceFlags`` of the rendered XML, then ``detachDeviceFlags`` and a wait for the
-DEVICE_REMOVED event. Also measured: raw attach preceded by the libvirt calls the driver's safety
-read of the host needs (both domain lists, each domain's live and persistent XML) and nothing
-else, the floor any driver that reads who uses a volume from libvirt pays. Driver: ``attach_volume`` / ``detach_volume`` of a raw file volume (the
-GPFS connector: os-brick's connect is a no-op for it, so its own cost is excluded). Rounds
-alternate between the two so noise hits both alike; medians are reported.
+For each guest count (the host grows from one count to the next), every guest runs with a volume
+of its own attached through the driver (so each has a disk, and the host has a host-connection
+record per guest, as a compute host would), and one of them is measured on. The sides alternate
+within each round, each taking each place in the round equally often, so that noise hits all
+alike; medians are reported.
+
+- raw: ``attachDeviceFlags`` of the disk the driver would render (same target and unit), then
+  ``detachDeviceFlags`` and a wait for DEVICE_REMOVED;
+- virtdriver: ``attach_volume`` / ``detach_volume`` of a raw file volume (the GPFS connector:
+  os-brick's connect is a no-op for it, so its own cost is excluded);
+- floor: the raw attach preceded by the libvirt calls a read of who uses the data needs (both
+  domain lists, each domain's live and persistent XML) and nothing else -- what any driver pays
+  that answers that question from libvirt without a cache.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import libvirt
@@ -40,9 +49,100 @@ def timed(settle: float, call: Callable[..., object], *args: object) -> float:
     return time.perf_counter() - start
 
 
+def volume(image: Path) -> dict:
+    vid = str(uuid.uuid4())
+    return {"driver_volume_type": "gpfs", "serial": vid, "multiattach": True,
+            "data": {"volume_id": vid, "device_path": str(image)}}
+
+
+def measure(conn: libvirt.virConnect, events: DeviceEvents, driver: LibvirtVolumeDriver,
+            dom: libvirt.virDomain, image: Path, rounds: int, settle: float) -> dict[str, float]:
+    """Median milliseconds of each side, ``rounds`` alternating rounds on ``dom``."""
+
+    def read_then_attach(xml: str) -> None:
+        """The round trips of a read of the host, then the raw attach: no Python work."""
+        running = {d.UUIDString(): d for d in
+                   conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE)}
+        defined = {d.UUIDString(): d for d in
+                   conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_PERSISTENT)}
+        for uuid_, each in (running | defined).items():
+            try:
+                each.XMLDesc(0)
+                if uuid_ in running and uuid_ in defined:
+                    each.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+            except libvirt.libvirtError as exc:  # another user's guest went away meanwhile
+                if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
+                    raise
+        dom.attachDeviceFlags(xml, FLAGS)
+
+    def raw_detach(xml: str, alias: str) -> None:
+        detach_and_wait(events, dom, xml, alias, timeout=60, flags=FLAGS)
+
+    times: dict[str, list[float]] = {k: [] for k in ("raw_attach", "raw_detach", "attach",
+                                                     "detach", "read_attach")}
+
+    def raw(info: dict, xml: str, alias: str) -> None:
+        times["raw_attach"].append(timed(settle, dom.attachDeviceFlags, xml, FLAGS))
+        times["raw_detach"].append(timed(settle, raw_detach, xml, alias))
+
+    def ours(info: dict, xml: str, alias: str) -> None:
+        times["attach"].append(timed(settle, driver.attach_volume, info, dom.name()))
+        times["detach"].append(timed(settle, driver.detach_volume, dom.name(),
+                                     info["data"]["volume_id"]))
+        events.clear()  # the driver waited for its own DEVICE_REMOVED
+
+    def floor(info: dict, xml: str, alias: str) -> None:
+        times["read_attach"].append(timed(settle, read_then_attach, xml))
+        time.sleep(settle)
+        raw_detach(xml, alias)
+
+    sides = [raw, ours, floor]
+    for n in range(rounds):
+        # Each side takes each place in the round equally often (what libvirtd still does
+        # after the previous detach must not favour one side).
+        for side in sides[n % 3:] + sides[:n % 3]:
+            info = volume(image)
+            # The disk the driver renders for this guest: its second disk, sdb on unit 1.
+            xml = build_disk(info, target_dev="sdb", bus="scsi", scsi_unit=1).to_xml()
+            side(info, xml, f"ua-{info['data']['volume_id']}")
+    return {k: statistics.median(v) * 1000 for k, v in times.items()}
+
+
+LOCAL_CALLS = {"UUIDString", "UUID", "name", "ID", "connect", "isAlive"}  # no round trip
+
+
+def round_trips(call: Callable[[], object]) -> int:
+    """Calls to libvirtd ``call`` makes (virDomain and virConnect methods the client library
+    cannot answer itself), counted for one untimed run."""
+    made = [0]
+    saved = {}
+    for cls in (libvirt.virDomain, libvirt.virConnect):
+        for name in dir(cls):
+            method = getattr(cls, name)
+            if name.startswith("_") or name in LOCAL_CALLS or not callable(method):
+                continue
+
+            def counted(*args: object, _m: Callable[..., object] = method,
+                        **kwargs: object) -> object:
+                made[0] += 1
+                return _m(*args, **kwargs)
+
+            saved[(cls, name)] = method
+            setattr(cls, name, counted)
+    try:
+        call()
+    finally:
+        for (cls, name), method in saved.items():
+            setattr(cls, name, method)
+    return made[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--guests", type=int, nargs="+", default=[1],
+                        help="running guests on the host (several: measured in turn, the host "
+                             "growing from one count to the next)")
     parser.add_argument("--settle", type=float, default=0.05,
                         help="seconds of quiet before each timed call, so that neither side "
                              "starts while libvirtd still finishes the previous removal")
@@ -50,57 +150,52 @@ def main() -> None:
     args = parser.parse_args()
     conn = open_connection("qemu:///system")
     events = DeviceEvents(conn)
-
-    def read_then_attach(xml: str) -> None:
-        """The round trips of the driver's host read, then the raw attach: no Python work."""
-        running = {d.UUIDString(): d for d in
-                   conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE)}
-        defined = {d.UUIDString(): d for d in
-                   conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_PERSISTENT)}
-        for uuid_, each in (running | defined).items():
-            each.XMLDesc(0)
-            if uuid_ in running and uuid_ in defined:
-                each.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
-        dom.attachDeviceFlags(xml, FLAGS)
-
-    def raw_detach(xml: str, alias: str) -> None:
-        detach_and_wait(events, dom, xml, alias, timeout=30, flags=FLAGS)
-
-    with tempfile.TemporaryDirectory() as tmp, Guests(conn) as guests:
-        dom = guests.start("bench")
-        image = sparse_file(Path(tmp) / "bench.raw")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, Guests(conn, memory_mib=64) as guests:
         driver = LibvirtVolumeDriver("qemu:///system", state_dir=Path(tmp) / "state")
-        times: dict[str, list[float]] = {k: [] for k in ("raw_attach", "raw_detach", "attach",
-                                                         "detach", "read_attach")}
-        for _ in range(args.rounds):
-            vid = str(uuid.uuid4())
-            info = {"driver_volume_type": "gpfs", "serial": vid, "multiattach": True,
-                    "data": {"volume_id": vid, "device_path": str(image)}}
-            xml = build_disk(info, target_dev="sda", bus="scsi", scsi_unit=0).to_xml()
-            alias = f"ua-{vid}"
-            times["raw_attach"].append(timed(args.settle, dom.attachDeviceFlags, xml, FLAGS))
-            times["raw_detach"].append(timed(args.settle, raw_detach, xml, alias))
-            times["attach"].append(timed(args.settle, driver.attach_volume, info, dom.name()))
-            times["detach"].append(timed(args.settle, driver.detach_volume, dom.name(), vid))
-            events.clear()  # the driver waited for its own DEVICE_REMOVED
-            times["read_attach"].append(timed(args.settle, read_then_attach, xml))
-            raw_detach(xml, alias)
+        image = sparse_file(Path(tmp) / "bench.raw")
+        doms: list[libvirt.virDomain] = []
+
+        def start(i: int) -> libvirt.virDomain:
+            dom = guests.start(f"bench{i}")
+            driver.attach_volume(volume(sparse_file(Path(tmp) / f"own{i}.raw")), dom.name())
+            return dom
+
+        for count in sorted(set(args.guests)):
+            with ThreadPoolExecutor(4) as pool:
+                doms += list(pool.map(start, range(len(doms), count)))
+            warm = volume(image)  # untimed: os-brick's one-time import and setup
+            driver.attach_volume(warm, doms[0].name())
+            driver.detach_volume(doms[0].name(), warm["data"]["volume_id"])
+            events.clear()
+            med = measure(conn, events, driver, doms[0], image, args.rounds, args.settle)
+            counted = volume(image)
+            trips = {"attach": round_trips(lambda: driver.attach_volume(counted, doms[0].name())),
+                     "detach": round_trips(lambda: driver.detach_volume(
+                         doms[0].name(), counted["data"]["volume_id"]))}
+            events.clear()
+            row = {"guests": count, "domains": len(conn.listAllDomains()),
+                   **{f"{k}_ms": round(v, 2) for k, v in med.items()},
+                   "attach_ratio": round(med["attach"] / med["raw_attach"], 3),
+                   "detach_ratio": round(med["detach"] / med["raw_detach"], 3),
+                   "read_attach_ratio": round(med["read_attach"] / med["raw_attach"], 3),
+                   "attach_round_trips": trips["attach"], "detach_round_trips": trips["detach"],
+                   "rounds": args.rounds}
+            rows.append(row)
+            if not args.json:
+                print(f"{count} guest(s) ({row['domains']} domains on the host), medians of "
+                      f"{args.rounds} alternating rounds:")
+                print(f"  {'':<34}{'raw (ms)':>10}{'virtdriver (ms)':>17}{'ratio':>8}")
+                for op in ("attach", "detach"):
+                    print(f"  {op:<34}{row['raw_' + op + '_ms']:>10.1f}{row[op + '_ms']:>17.1f}"
+                          f"{row[op + '_ratio']:>8.2f}")
+                print(f"  {'raw attach after the host read':<34}{row['raw_attach_ms']:>10.1f}"
+                      f"{row['read_attach_ms']:>17.1f}{row['read_attach_ratio']:>8.2f}")
+                print(f"  calls to libvirtd: attach {trips['attach']}, detach {trips['detach']} "
+                      "(raw: 1 each)")
         driver.close()
-    med = {k: statistics.median(v) * 1000 for k, v in times.items()}
-    result = {f"{k}_ms": round(v, 2) for k, v in med.items()}
-    result["attach_ratio"] = round(med["attach"] / med["raw_attach"], 2)
-    result["detach_ratio"] = round(med["detach"] / med["raw_detach"], 2)
-    result["read_attach_ratio"] = round(med["read_attach"] / med["raw_attach"], 2)
-    result["rounds"] = args.rounds
     if args.json:
-        print(json.dumps(result))
-        return
-    print(f"{'operation':<10}{'raw libvirt (ms)':>18}{'virtdriver (ms)':>18}{'ratio':>8}")
-    for op in ("attach", "detach"):
-        print(f"{op:<10}{med['raw_' + op]:>18.1f}{med[op]:>18.1f}{result[op + '_ratio']:>8.2f}")
-    print(f"{'raw attach after the host read':<34}{med['read_attach']:>18.1f}"
-          f"{result['read_attach_ratio']:>8.2f}  (the floor of reading libvirt first)")
-    print(f"medians of {args.rounds} alternating rounds on one guest")
+        print(json.dumps(rows if len(rows) > 1 else rows[0]))
 
 
 if __name__ == "__main__":

@@ -2,9 +2,12 @@
 
     .venv/bin/python benchmarks/bench_decision.py [--counts 1 2 4 8 16 32 64]
 
-The answer comes from libvirt's live state (every domain's live and persistent XML), so it costs
-more with more guests. Each guest gets one attached disk so that its XML is realistic; the time
-is the median of ``LibvirtVolumeDriver.volume_users`` calls.
+The answer comes from libvirt's live state: both domain lists and every domain's live and
+persistent XML, read each time (no cache), so the libvirt round trips grow with the guests; only
+the domains whose XML can hold the volume or its data are parsed. Each guest has the shared
+volume attached (all of them match: the worst case for parsing) and a volume of its own. The
+time is the median of the decision as detach takes it (``Host.users(volume, data)``: the read,
+the parse, the arrivals by migration).
 """
 
 from __future__ import annotations
@@ -19,9 +22,12 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import libvirt
+
 # testhosts/ is not installed: it comes from the checkout this script is in
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from virtdriver import LibvirtVolumeDriver
+from virtdriver.hypervisor.dataid import path_identity
 from testhosts.guests import Guests, open_connection, sparse_file
 
 
@@ -41,17 +47,26 @@ def main() -> None:
                 "data": {"volume_id": vid, "device_path": str(image)}}
         doms: list = []
         for count in sorted(args.counts):
+            def start(i: int) -> libvirt.virDomain:
+                dom = guests.start(f"dec{i}")
+                own = str(uuid.uuid4())
+                driver.attach_volume({"driver_volume_type": "gpfs", "serial": own, "data": {
+                    "volume_id": own, "device_path": str(sparse_file(Path(tmp) / f"{i}.raw"))}},
+                    dom.name())
+                return dom
+
             with ThreadPoolExecutor(4) as pool:
-                new = list(pool.map(lambda i: guests.start(f"dec{i}"), range(len(doms), count)))
+                new = list(pool.map(start, range(len(doms), count)))
             if new:
                 driver.attach_volume_to_many(info, [d.name() for d in new])
             doms += new
             samples = []
+            data = path_identity(str(image))
             for _ in range(args.calls):
                 t0 = time.perf_counter()
-                users = driver.volume_users(vid)
+                users = driver.hosting.users(vid, data)
                 samples.append(time.perf_counter() - t0)
-            assert len({u.domain_uuid for u in users}) == count
+            assert len({u.guest_uuid for u in users}) == count
             rows.append({"guests": count, "decision_ms": round(statistics.median(samples) * 1000,
                                                                2)})
         driver.close()

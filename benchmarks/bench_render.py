@@ -1,6 +1,6 @@
 """Render throughput: ``build_disk(...).to_xml()`` against nova 34, in one run.
 
-    .venv/bin/python benchmarks/bench_render.py [--nova-python /var/tmp/nova-venv/bin/python]
+    .venv/bin/python benchmarks/bench_render.py [--nova-python PYTHON] [--rounds 3]
 
 The disk is a multiattach read-only iSCSI volume with QoS, discard and a SCSI unit. Nova runs in
 its own venv (``benchmarks/setup-nova-venv.sh``) through ``benchmarks/nova_render.py``; the two
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -24,6 +25,15 @@ from nova_render import CONNECTION_INFO  # noqa: E402
 from timing import best_rate  # noqa: E402
 
 from virtdriver import build_disk  # noqa: E402
+
+
+NOVA_PYTHONS = ("/var/tmp/nova-venv/bin/python", "/var/tmp/virtdriver-nova-34.0.0/bin/python")
+
+
+def default_nova_python() -> str:
+    found = os.environ.get("NOVA_PYTHON") or next(
+        (p for p in NOVA_PYTHONS if Path(p).exists()), NOVA_PYTHONS[0])
+    return found
 
 
 def virtdriver_rate(seconds: float, windows: int) -> float:
@@ -43,12 +53,15 @@ def nova_rate(python: str, seconds: float, windows: int) -> tuple[float, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nova-python", default="/var/tmp/nova-venv/bin/python")
+    parser.add_argument("--nova-python", default=default_nova_python(),
+                        help="python of a venv with nova 34 (default: $NOVA_PYTHON, else "
+                             "setup-nova-venv.sh's venv, else the one scripts/nova-suite.sh "
+                             "makes); 'none' skips nova")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args()
-    have_nova = Path(args.nova_python).exists()
+    have_nova = args.nova_python != "none" and Path(args.nova_python).exists()
     ours: list[float] = []
     theirs: list[float] = []
     nova_version = None

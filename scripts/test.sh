@@ -11,7 +11,8 @@
 #                                     then the pytest tests marked `hypervisor` or
 #                                     `kernel_initiator` (real libvirtd,
 #                                     guests, in-guest tests: testhosts/linuxguest, cached under
-#                                     /var/tmp/virtdriver-linuxguest)
+#                                     /var/tmp/virtdriver-linuxguest), then the benchmark report's
+#                                     quick mode (that it runs; figures unchecked)
 #   ./scripts/test.sh --nova          nova 34's own tests through virtdriver.nova beside nova's own
 #                                     driver: volume-driver tests, test_driver.py's volume tests,
 #                                     functional tests of volumes, then tests/nova (fidelity, real
@@ -77,6 +78,15 @@ if [ "$hypervisor" = 1 ]; then
     else
         .venv/bin/python -m pytest -m "hypervisor or kernel_initiator" "$@" || status=$?
     fi
+    # The benchmark report in its quick mode (about half a minute, into a temporary directory):
+    # it must keep running; benchmarks/report.py without --quick makes the committed report.
+    quick=$(mktemp -d)
+    if ! .venv/bin/python benchmarks/report.py --quick --out "$quick" >"$quick/log" 2>&1; then
+        echo "test.sh: benchmarks/report.py --quick failed:" >&2
+        tail -20 "$quick/log" >&2
+        status=1
+    fi
+    rm -rf "$quick"
 elif [ "$fast" = 1 ]; then
     # both cores (pytest-xdist): the fast tests share no host state
     .venv/bin/python -m pytest -q -n auto -m "not hypervisor and not kernel_initiator" "$@" || status=$?

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -83,7 +84,43 @@ COMMANDS: list[Callable[[Any], None]] = [_add_render, add_hypervisor_commands,
                                           add_migration_commands]
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Unused:
+    """Stands in for the parser of a command not asked for: takes every declaration, builds
+    nothing (argparse formats help for each argument it is given: ~5 ms for all commands)."""
+
+    def __getattr__(self, name: str) -> Callable[..., _Unused]:
+        return lambda *args, **kwargs: self
+
+
+class _OnlyCommand:
+    """The subparsers action, letting only ``wanted`` be built."""
+
+    def __init__(self, sub: Any, wanted: str) -> None:
+        self._sub = sub
+        self._wanted = wanted
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        return self._sub.add_parser(name, **kwargs) if name == self._wanted else _Unused()
+
+
+GLOBAL_WITH_VALUE = ("-c", "--connect", "--state-dir")
+
+
+def command_of(argv: Sequence[str]) -> str | None:
+    """The command named in ``argv`` by a plain reading (global options skipped), or None."""
+    tokens = iter(argv)
+    for token in tokens:
+        if token in GLOBAL_WITH_VALUE:
+            next(tokens, None)
+        elif token == "--":
+            return next(tokens, None)
+        elif not token.startswith("-"):
+            return token
+    return None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with ``only``, just that command's parser is built."""
     parser = _Parser(
         prog="virtdriver",
         description="Attach block-storage volumes to libvirt/KVM guests, multiattach done right.",
@@ -97,8 +134,24 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for add in COMMANDS:
-        add(sub)
+        add(sub if only is None else _OnlyCommand(sub, only))
     return parser
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """``argv`` parsed by a parser holding only the command it names; by the whole one when
+    that does not give this command (an abbreviated global option read as the command, an
+    error: the whole parser then says it exactly as it would have)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    wanted = command_of(argv)
+    if wanted is not None:
+        try:
+            args = build_parser(only=wanted).parse_args(argv)
+            if args.command == wanted:
+                return args
+        except UsageError:
+            pass
+    return build_parser().parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -110,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  or not all(isinstance(a, str) for a in argv)):
             raise UsageError(f"arguments: {type(argv).__name__} {str(argv)[:60]!r} is not a "
                              "list of strings")
-        args = build_parser().parse_args(argv)
+        args = parse_args(argv)
         code = int(args.func(args))
         finish_output()
         return code

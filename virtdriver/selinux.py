@@ -10,8 +10,6 @@ SELinux to be enabled: a host without it has no such file, and callers say so.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import functools
 from pathlib import Path
 
@@ -30,6 +28,9 @@ def policy_name(config: Path = SELINUX_ROOT / "config") -> str:
 
 @functools.cache
 def _libselinux_path() -> str | None:
+    import ctypes  # only where a label policy asks for the host's SELinux contexts
+    import ctypes.util
+
     name = ctypes.util.find_library("selinux")
     if not name:
         return None

@@ -195,7 +195,7 @@ def element(tag: str) -> Callable[[type[E]], type[E]]:
         cls._body = tuple(s for s in specs if s.kind != ATTR)
         cls._by_attr = {s.xml: s for s in cls._attrs}
         cls._by_tag = {s.xml: s for s in cls._body}
-        cls._writer = staticmethod(_compile_writer(cls))  # type: ignore[assignment]
+        cls._writer = staticmethod(_write_first)  # type: ignore[assignment]
         return cls
 
     return build
@@ -311,6 +311,16 @@ def _value_lines(conv: Converter, name: str, where: str) -> list[str]:
     if conv is INT:
         return [f"        v = str(v) if v.__class__ is int else _slow(v, {name}, {where})"]
     return [f"        v = _slow(v, {name}, {where})"]
+
+
+def _write_first(obj: Any, tag: str, indent: str, lead: str) -> str:
+    """A class's writer until its first use: compiles the real one, puts it in its place and
+    writes with it (compiling every class's writer up front would cost each process start
+    several milliseconds, most of them for elements it never writes)."""
+    cls = type(obj)
+    writer = _compile_writer(cls)
+    cls._writer = staticmethod(writer)
+    return writer(obj, tag, indent, lead)
 
 
 def _compile_writer(cls: type[Element]) -> Callable[[Any, str, str, str], str]:

@@ -36,10 +36,11 @@ from virtdriver.hypervisor.dataid import data_identity
 from virtdriver.hypervisor.locks import guest_generation, guest_lock
 from virtdriver.hypervisor.mounts import check_guest_sees
 from virtdriver.hypervisor.targets import bus_for, pick_target
-from virtdriver.hypervisor.usage import DiskUse, DomainXml, ListedDomain, list_domains, read_domains
+from virtdriver.hypervisor.usage import DiskUse, DomainXml, HostView, ListedDomain, Wanted
+from virtdriver.hypervisor.usage import list_domains
 from virtdriver.policy import check_hotplug_bus
 from virtdriver.policy.identity import alias_for
-from virtdriver.policy.sharing import Use, refuse_attach, refuse_fan_out, users_of
+from virtdriver.policy.sharing import refuse_attach, refuse_fan_out, users_of
 from virtdriver.render import build_disk
 from virtdriver.secrets import redact, secret_values
 
@@ -86,9 +87,10 @@ def attach(host: Host, connection_info: Mapping[str, Any], instances: Sequence[s
     refuse_fan_out(request.vid, request.multiattach, list(instances))
     host.check_label_policy()
     with host.lock([request.vid], request.lock_data(), "attach"):
-        targets, uses = _read_host(host, instances)
+        targets, view = _read_host(host, instances)
         known = request.data_before_connect()
         data = known if known is not None and known[0] != "key" else None
+        uses = view.uses(request.vid, data)
         for target, placement in zip(targets, placements):
             if target.domain.listed.active:  # what libvirt cannot hot-plug, before any connect
                 check_hotplug_bus(placement.bus, "bus")
@@ -100,7 +102,7 @@ def attach(host: Host, connection_info: Mapping[str, Any], instances: Sequence[s
         try:
             host.connect(request)
             attaching = True
-            results = _attach_all(host, request, targets, placements, uses, max_parallel,
+            results = _attach_all(host, request, targets, placements, view, max_parallel,
                                   per_guest)
         except VirtDriverError as exc:
             host.drop_after_failure(request, used_before)
@@ -118,29 +120,26 @@ def attach(host: Host, connection_info: Mapping[str, Any], instances: Sequence[s
     return results
 
 
-def _read_host(host: Host, instances: Sequence[str]) -> tuple[list[Target], list[Use]]:
+def _read_host(host: Host, instances: Sequence[str]) -> tuple[list[Target], HostView]:
     """Every guest once; each target's attach generation is read before its disks."""
     lock_dir = host.options.lock_dir
     try:
         listed = list_domains(host.connection.get())
         found = [_find_listed(host, listed, instance) for instance in instances]
-        if len({d.uuid for d in found}) != len(found):
-            raise InvalidAttachRequest("the same guest is named twice (by name and by UUID)")
-        generations = [guest_generation(lock_dir, d.uuid) for d in found]
-        domains = read_domains(listed + [d for d in found if d not in listed])
     except libvirt.libvirtError as exc:
         raise HypervisorError("cannot read the host's guests", libvirt_message(exc)) from None
-    by_uuid = {d.listed.uuid: d for d in domains}
+    if len({d.uuid for d in found}) != len(found):
+        raise InvalidAttachRequest("the same guest is named twice (by name and by UUID)")
+    generations = [guest_generation(lock_dir, d.uuid) for d in found]
+    view = host.view(listed + [d for d in found if d not in listed])
+    by_uuid = {d.listed.uuid: d for d in view.domains}
     targets = []
     for instance, domain, generation in zip(instances, found, generations):
         if domain.uuid not in by_uuid:  # vanished between the list and the read
             host.connection.domain(instance)  # raises InstanceNotFound
             raise HypervisorError(f"guest {instance!r} changed while it was being read")
         targets.append(Target(by_uuid[domain.uuid], generation))
-    states = [d.state() for d in domains]
-    uses = [use for state in states for use in state.uses()]
-    uses += host.arriving([(state.name, state.uuid) for state in states])
-    return targets, uses
+    return targets, view
 
 
 def _find_listed(host: Host, listed: list[ListedDomain], instance: str) -> ListedDomain:
@@ -153,21 +152,28 @@ def _find_listed(host: Host, listed: list[ListedDomain], instance: str) -> Liste
 
 
 def _attach_all(host: Host, request: VolumeRequest, targets: list[Target],
-                placements: Sequence[Placement], uses: list[Use], max_parallel: int,
+                placements: Sequence[Placement], view: HostView, max_parallel: int,
                 per_guest: list[Attachment | Exception]) -> list[Attachment]:
     """Attach every guest in parallel; if one fails, undo them all and fill ``per_guest`` with
     what became of each (its own failure, or :class:`AttachRolledBack`)."""
     aliases: dict[str, str] = {}  # guest uuid -> the alias its disk got
-    workers = max(1, min(max_parallel, len(targets)))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(_attach_guest, host, request, target, placement, uses, aliases)
-                   for target, placement in zip(targets, placements)]
-        outcomes: list[Attachment | BaseException] = []
-        for future in futures:
-            try:
-                outcomes.append(future.result())
-            except BaseException as exc:  # noqa: BLE001 - every failure is undone below
-                outcomes.append(exc)
+    outcomes: list[Attachment | BaseException] = []
+    if len(targets) == 1:  # in this thread: a pool's thread start and hand-overs cost ~1 ms
+        try:
+            outcomes.append(_attach_guest(host, request, targets[0], placements[0], view,
+                                          aliases))
+        except BaseException as exc:  # noqa: BLE001 - undone below
+            outcomes.append(exc)
+    else:
+        workers = max(1, min(max_parallel, len(targets)))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = [pool.submit(_attach_guest, host, request, target, placement, view,
+                                   aliases) for target, placement in zip(targets, placements)]
+            for future in futures:
+                try:
+                    outcomes.append(future.result())
+                except BaseException as exc:  # noqa: BLE001 - every failure is undone below
+                    outcomes.append(exc)
     failures = [(t, o) for t, o in zip(targets, outcomes) if isinstance(o, BaseException)]
     if not failures:
         return outcomes  # type: ignore[return-value]
@@ -187,7 +193,7 @@ def _attach_all(host: Host, request: VolumeRequest, targets: list[Target],
 
 
 def _attach_guest(host: Host, request: VolumeRequest, target: Target, placement: Placement,
-                  uses: list[Use], aliases: dict[str, str]) -> Attachment:
+                  view: HostView, aliases: dict[str, str]) -> Attachment:
     # Volume locks do not stop two volumes being attached to one guest at once: choosing a free
     # target and attaching are serialized per guest. The disks read with the host are still
     # current unless another attach raised the guest's generation meanwhile.
@@ -200,40 +206,49 @@ def _attach_guest(host: Host, request: VolumeRequest, target: Target, placement:
             except libvirt.libvirtError as exc:
                 raise HypervisorError(f"cannot read guest {target.name}",
                                       libvirt_message(exc)) from None
-        state = domain.state()
+        listed, layout = domain.listed, domain.placement
         try:
-            has_scsi = any(kind == "scsi" for kind, _ in state.controllers)
+            has_scsi = any(kind == "scsi" for kind, _ in layout.controllers)
             bus = placement.bus or bus_for(placement.target_dev, has_scsi)
-            dev, unit = pick_target([u.disk for u in state.disks], bus, placement.target_dev,
-                                    state.name, state.other_drive_units)
-            taken = {u.device_alias for u in state.disks if u.device_alias}
+            dev, unit = pick_target(layout.disks, bus, placement.target_dev, listed.name,
+                                    layout.other_drive_units)
+            taken = {d.alias.name for d in layout.disks if d.alias is not None and d.alias.name}
             alias = alias_for(request.vid, taken)
             disk = build_disk(request.info, attach_mode=placement.mode, target_dev=dev, bus=bus,
                               device=placement.device, scsi_unit=unit,
                               luks_secret_uuid=placement.luks_secret_uuid, alias=alias,
                               **host.render_kwargs())
-            others = [u for u in uses if u.guest_uuid != state.uuid] + state.uses()
-            refuse_attach(request.vid, data_identity(disk), request.multiattach, state.uuid,
-                          state.name, others)
-            if state.active and disk.source is not None and disk.source.file:
-                check_guest_sees(state.uuid, state.name, disk.source.file,
+            data = data_identity(disk)
+            # This guest's disks as read now (it may have been read again), the others' from the
+            # host's read; each parsed only if it can hold the volume or its data.
+            wanted = Wanted(request.vid, data)
+            here = wanted.uses(domain.parsed.uses()) if domain.may_use(wanted) else []
+            others = [u for u in view.uses(request.vid, data) if u.guest_uuid != listed.uuid]
+            refuse_attach(request.vid, data, request.multiattach, listed.uuid, listed.name,
+                          others + here)
+            if listed.active and disk.source is not None and disk.source.file:
+                check_guest_sees(listed.uuid, listed.name, disk.source.file,
                                  str(host.options.mount_base))
-            flags = libvirt.VIR_DOMAIN_AFFECT_LIVE if state.active else 0
-            if state.persistent:
+            flags = libvirt.VIR_DOMAIN_AFFECT_LIVE if listed.active else 0
+            if listed.persistent:
                 flags |= libvirt.VIR_DOMAIN_AFFECT_CONFIG
-            aliases[state.uuid] = alias
+            aliases[listed.uuid] = alias
+            cache = host.connection.xml
+            saved = cache.saved(listed) if cache is not None and cache.watching else None
             try:
-                state.dom.attachDeviceFlags(disk.to_xml(), flags)
+                listed.dom.attachDeviceFlags(disk.to_xml(), flags)
             except libvirt.libvirtError as exc:
                 raise AttachFailed(f"libvirt refused to attach volume {request.vid} to "
-                                   f"{state.name}", _why_refused(host, state.dom, disk,
-                                                                 libvirt_message(exc))) from None
-            if state.active and disk.readonly and disk.type in ("block", "file"):
-                host.after_readonly_hotplug(state.dom, state.name, state.uuid)
+                                   f"{listed.name}", _why_refused(host, listed.dom, disk,
+                                                                  libvirt_message(exc))) from None
+            if saved is not None:
+                cache.confirm(listed, saved)  # type: ignore[union-attr]
+            if listed.active and disk.readonly and disk.type in ("block", "file"):
+                host.after_readonly_hotplug(listed.dom, listed.name, listed.uuid)
         finally:
             guest.changed()
-    attachment = Attachment.from_use(DiskUse(state.name, state.uuid, state.active, state.active,
-                                             disk))
+    attachment = Attachment.from_use(DiskUse(listed.name, listed.uuid, listed.active,
+                                             listed.active, disk))
     assert attachment is not None  # the disk was rendered with its alias and target
     return attachment
 

@@ -6,7 +6,7 @@ a leak (:func:`release`) and the removal of a failed attach (:func:`undo_attach`
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import libvirt
@@ -27,7 +27,7 @@ from virtdriver.errors import (
 )
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.metadata import set_note
-from virtdriver.hypervisor.usage import DiskUse, DomainState
+from virtdriver.hypervisor.usage import DiskUse, DomainState, DomainXml, HostView, ListedDomain
 from virtdriver.policy.identity import check_requested_volume_id, volume_of_alias
 from virtdriver.policy.migration import ARRIVING
 from virtdriver.policy.sharing import still_used
@@ -42,6 +42,9 @@ def detach(host: Host, instance: str, volume_id: str, timeout: float,
     """Detach one attachment; release the host side when nobody uses the volume any more."""
     check_requested_volume_id(volume_id)
     dom = host.connection.domain(instance)
+    # Before the lock is waited for: a guest that leaves by live migration meanwhile is told
+    # from one that stopped by its lifecycle event, which only a subscription sees.
+    host.connection.events.watch()
     with host.lock([volume_id], [], "detach"):
         state = _read_guest(host, dom, instance, volume_id)
         try:
@@ -53,11 +56,25 @@ def detach(host: Host, instance: str, volume_id: str, timeout: float,
             raise NotAttached(not_attached_message(volume_id, state))
         data = mine[0].data
         with host.data_locked(data, f"volume {volume_id}", "detach"):
+            # The other guests are read while this one releases the device (under the locks
+            # all the same); this guest is read again once its disks are gone. A failed read
+            # is left to the release step, which reads the whole host again.
+            others: list[HostView | None] = []
+
+            def read_others() -> None:
+                try:
+                    others.append(host.view(skip=state.uuid, arriving=False))
+                except VirtDriverError:
+                    others.append(None)
+
             for use in sorted(mine, key=lambda u: not u.live):  # live first, then the definition
-                _remove(host, dom, use, timeout)
+                _remove(host, dom, use, timeout, None if others else read_others)
             props = dict(copy_info(connection_info)["data"]) if connection_info else None
             try:
-                users = host.release_unless_used(volume_id, data, props)
+                view = None
+                if others and others[0] is not None:
+                    view = host.view(others[0].domains + _fresh(state))
+                users = host.release_unless_used(volume_id, data, props, view=view)
             except DamagedRecord as exc:  # the disk is gone: the detach itself succeeded
                 LOG.error("volume %s was detached from %s, but its host connection was not "
                           "released: %s", volume_id, state.name, exc)
@@ -100,10 +117,23 @@ def not_attached_message(volume_id: str, state: DomainState) -> str:
     return f"{text} (attached: {', '.join(attached)})" if attached else f"{text} (it has no volumes)"
 
 
-def _remove(host: Host, dom: libvirt.virDomain, use: DiskUse, timeout: float) -> None:
+def _fresh(state: DomainState) -> list[DomainXml]:
+    """The guest's XML read again, once its disks are gone (none if the guest went too)."""
+    listed = ListedDomain(state.dom, state.name, state.uuid, state.active, state.persistent)
+    try:
+        return [listed.read()]  # stopped meanwhile: both reads give its definition
+    except libvirt.libvirtError as exc:
+        if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
+            raise HypervisorError(f"cannot read guest {state.name}",
+                                  libvirt_message(exc)) from None
+        return []
+
+
+def _remove(host: Host, dom: libvirt.virDomain, use: DiskUse, timeout: float,
+            while_waiting: Callable[[], None] | None = None) -> None:
     alias = use.device_alias or ""
     if use.live:
-        detach_live(host, dom, use.disk, alias, timeout)
+        detach_live(host, dom, use.disk, alias, timeout, while_waiting)
     else:
         try:
             dom.detachDeviceFlags(use.disk.to_xml(), libvirt.VIR_DOMAIN_AFFECT_CONFIG)
@@ -115,8 +145,9 @@ def _remove(host: Host, dom: libvirt.virDomain, use: DiskUse, timeout: float) ->
 
 
 def detach_live(host: Host, dom: libvirt.virDomain, disk: Disk, alias: str,
-                timeout: float) -> None:
-    """Detach from the running guest and wait for libvirt's device-removed event."""
+                timeout: float, while_waiting: Callable[[], None] | None = None) -> None:
+    """Detach from the running guest and wait for libvirt's device-removed event
+    (``while_waiting`` is called once the guest was asked, before the wait)."""
     removals = host.connection.events
     uuid = dom.UUIDString()
     volume = volume_of_alias(alias) or alias  # for messages: what the operator asked about
@@ -137,6 +168,8 @@ def detach_live(host: Host, dom: libvirt.virDomain, disk: Disk, alias: str,
                     return  # it went with the guest
             raise DetachFailed(f"libvirt refused to detach {volume} from {dom.name()}",
                                libvirt_message(exc)) from None
+        if while_waiting is not None:
+            while_waiting()
         result = removals.wait(uuid, alias, timeout)
         if removals.left_by_migration(uuid):
             raise GuestLeft(left_message(dom.name(), volume))
@@ -179,7 +212,7 @@ def release(host: Host, volume_id: str) -> bool:
     only when no guest on this host uses the volume. ``False`` when nothing was recorded."""
     check_requested_volume_id(volume_id)
     with host.lock([volume_id], [], "release"):
-        users = still_used(volume_id, None, host.uses())
+        users = still_used(volume_id, None, host.users(volume_id, None))
         waiting = [u.removesuffix(ARRIVING) for u in users if u.endswith(ARRIVING)]
         if users and len(waiting) == len(users):
             raise VolumeInUse(f"volume {volume_id} is prepared for {', '.join(waiting)}, arriving "

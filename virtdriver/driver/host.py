@@ -11,22 +11,24 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import libvirt
 
 from virtdriver.errors import HypervisorError, LockTimeout, VirtDriverError
-from virtdriver.hypervisor import apparmor
 from virtdriver.hypervisor.connection import Connection, libvirt_message
 from virtdriver.hypervisor.dataid import DataIdentity, identity_token
-from virtdriver.hypervisor.hostconn import HostConnections
 from virtdriver.hypervisor.locks import locks
-from virtdriver.hypervisor.usage import DomainState, host_state
-from virtdriver.policy import check_label_policy
+from virtdriver.hypervisor.usage import VERBATIM_TEXT, DomainState, DomainXml, HostView
+from virtdriver.hypervisor.usage import ListedDomain
+from virtdriver.hypervisor.usage import list_domains, read_domains
 from virtdriver.policy.migration import Arrival, still_arriving
 from virtdriver.policy.sharing import Use, still_used
 from virtdriver.driver.options import HostOptions
-from virtdriver.driver.request import VolumeRequest
+
+if TYPE_CHECKING:  # the render path is imported by the operations that render
+    from virtdriver.driver.request import VolumeRequest
+    from virtdriver.hypervisor.hostconn import HostConnections
 
 LOG = logging.getLogger("virtdriver.driver")
 
@@ -37,7 +39,17 @@ class Host:
     def __init__(self, uri: str, options: HostOptions) -> None:
         self.options = options
         self.connection = Connection(uri)
-        self.records = HostConnections(options.state_dir)
+        self._records: HostConnections | None = None
+
+    @property
+    def records(self) -> HostConnections:
+        """The host-connection records (imported and opened when first needed: a command that
+        only reads one guest does not pay for os-brick's setup code at start)."""
+        if self._records is None:
+            from virtdriver.hypervisor.hostconn import HostConnections
+
+            self._records = HostConnections(self.options.state_dir)
+        return self._records
 
     # ---- locks ----------------------------------------------------------------------------------
 
@@ -76,6 +88,8 @@ class Host:
         """Refuse, before anything changes, a label policy this host's security drivers cannot
         apply (see :func:`virtdriver.policy.check_label_policy`)."""
         if self.options.label_policy != "auto":
+            from virtdriver.policy import check_label_policy
+
             check_label_policy(self.options.label_policy, self.security_models())
 
     def after_readonly_hotplug(self, dom: libvirt.virDomain, name: str, uuid: str) -> None:
@@ -89,6 +103,8 @@ class Host:
             LOG.warning("guest %s: cannot read its XML to narrow its AppArmor profile: %s", name,
                         libvirt_message(exc))
             return
+        from virtdriver.hypervisor import apparmor
+
         problem = apparmor.regenerate_profile(uuid, xml)
         if problem:
             LOG.warning("guest %s: its AppArmor profile still lets QEMU open the read-only disk "
@@ -96,11 +112,31 @@ class Host:
 
     # ---- reading the host -----------------------------------------------------------------------
 
-    def states(self, mentioning: str | None = None) -> list[DomainState]:
+    def view(self, read: list[ListedDomain | DomainXml] | None = None, *,
+             arriving: bool = True, skip: str | None = None) -> HostView:
+        """Every guest on this host, read from libvirt now (parsed only where asked), and (with
+        ``arriving``) the guests expected here by live migration. ``read``: the domains, if the
+        caller listed (or read) them already; ``skip``: a guest (UUID) left out."""
         try:
-            return host_state(self.connection.get(), mentioning)
+            every = read is None and skip is None
+            if read is None:
+                read = [d for d in list_domains(self.connection.get()) if d.uuid != skip]
+            listed = [d for d in read if isinstance(d, ListedDomain)]
+            cache = self.connection.xml
+            domains = (cache.read(listed, every=every) if cache is not None
+                       else read_domains(listed))
         except libvirt.libvirtError as exc:
             raise HypervisorError("cannot read the host's guests", libvirt_message(exc)) from None
+        domains += [d for d in read if isinstance(d, DomainXml)]
+        view = HostView(domains)
+        return HostView(domains, self.arriving(view.present())) if arriving else view
+
+    def states(self, mentioning: str | None = None) -> list[DomainState]:
+        """Every guest on this host, parsed (see :meth:`DomainXml.state` for ``mentioning``)."""
+        view = self.view(arriving=False)
+        if mentioning is None:
+            return view.states()
+        return [d.state(mentioning) for d in view.domains]
 
     def uses(self) -> list[Use]:
         """Every disk of every guest on this host, as the sharing rules see it, and the disks of
@@ -108,6 +144,12 @@ class Host:
         states = self.states()
         return [use for state in states for use in state.uses()] + self.arriving(
             [(state.name, state.uuid) for state in states])
+
+    def users(self, volume: str | None, data: DataIdentity | None) -> list[Use]:
+        """The disks on this host that are ``volume`` or hold ``data`` (live or defined, read
+        from libvirt now), and those of guests expected here by live migration. Only guests
+        whose XML can hold one are parsed."""
+        return self.view().uses(volume, data)
 
     def arriving(self, present: list[tuple[str, str]]) -> list[Use]:
         """The disks of guests prepared here for live migration that have not arrived yet.
@@ -206,11 +248,13 @@ class Host:
 
     def release_unless_used(self, vid: str, data: DataIdentity | None,
                             properties: dict[str, Any] | None = None, *,
-                            gone: str | None = None) -> list[str]:
+                            gone: str | None = None, view: HostView | None = None) -> list[str]:
         """Release the host side when no guest uses the volume or its data any more; returns the
         guests that still do (and then releases nothing). ``gone`` is a guest (UUID) whose
-        leftover definition does not count: it left this host by live migration."""
-        users = still_used(vid, data, [u for u in self.uses() if u.guest_uuid != gone])
+        leftover definition does not count: it left this host by live migration. ``view``: the
+        host as read under the caller's locks (else it is read now)."""
+        uses = (view or self.view()).uses(vid, data)
+        users = still_used(vid, data, [u for u in uses if u.guest_uuid != gone])
         if not users:
             self.release(vid, properties)
         return users
@@ -236,7 +280,8 @@ class Host:
     def _mount_in_use(self, mount_point: str) -> bool:
         prefix = mount_point.rstrip("/") + "/"
         return any(u.disk.source is not None and (u.disk.source.file or "").startswith(prefix)
-                   for state in self.states() for u in state.disks)
+                   for d in self.view(arriving=False).domains if not VERBATIM_TEXT.fullmatch(prefix)
+                   or prefix in d.current or prefix in (d.config or "") for u in d.parsed.disks)
 
     def close(self) -> None:
         self.connection.close()

@@ -5,14 +5,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from virtdriver import arguments
 from virtdriver.errors import InvalidRenderOption, show
 from virtdriver.hostfiles import setting
 from virtdriver.hypervisor.locks import DEFAULT_TIMEOUT, NOTICE_AFTER
 from virtdriver.policy import check_option_text
-from virtdriver.volume.base import RenderOptions
+
+if TYPE_CHECKING:
+    from virtdriver.volume.base import RenderOptions
 
 DEFAULT_STATE_DIR = Path("/var/lib/virtdriver")
 MAX_WAIT = 7 * 24 * 3600.0  # seconds: longer than any wait makes sense, short of overflowing
@@ -82,6 +84,8 @@ class HostOptions:
 
     def render_options(self) -> RenderOptions:
         """What a protocol module needs to know of the host."""
+        from virtdriver.volume.base import RenderOptions
+
         return RenderOptions(mount_base=self.mount_base, native_iscsi=self.native_iscsi,
                              native_glusterfs=self.native_glusterfs,
                              initiator_iqn=self.native_initiator)

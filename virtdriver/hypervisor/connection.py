@@ -10,6 +10,7 @@ import libvirt
 from virtdriver.config.model import parse_xml
 from virtdriver.errors import HypervisorError, InstanceNotFound
 from virtdriver.hypervisor.events import DomainEvents, ensure_event_loop
+from virtdriver.hypervisor.xmlcache import XmlCache
 
 _UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
                    r"[0-9a-fA-F]{12}")
@@ -41,6 +42,7 @@ class Connection:
         self._conn: libvirt.virConnect | None = None
         self._lock = threading.Lock()
         self._models: tuple[libvirt.virConnect, tuple[str, ...]] | None = None
+        self.xml = XmlCache.for_uri(uri)  # domains' XML kept while libvirt saved nothing new
 
     def get(self) -> libvirt.virConnect:
         """The open connection; reopened (events re-registered) if libvirtd restarted."""
@@ -60,6 +62,8 @@ class Connection:
                 raise HypervisorError(f"cannot connect to libvirt at {self.uri}",
                                       libvirt_message(exc)) from None
             self.events.register(conn)
+            if self.xml is not None:
+                self.xml.forget()  # a new connection: perhaps another daemon
             self._conn = conn
             return conn
 

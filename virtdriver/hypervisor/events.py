@@ -58,6 +58,8 @@ class DomainEvents:
         self._lock = threading.Lock()
         self._waiters: dict[tuple[str, str, str], _Waiter] = {}
         self._stops: dict[str, int] = {}  # uuid -> detail of its last STOPPED event
+        self._conn: libvirt.virConnect | None = None
+        self._subscribed: libvirt.virConnect | None = None
 
     def stop_detail(self, domain_uuid: str) -> int | None:
         """How the guest last stopped (``VIR_DOMAIN_EVENT_STOPPED_*``) since it last started, as
@@ -71,7 +73,23 @@ class DomainEvents:
         return self.stop_detail(domain_uuid) == libvirt.VIR_DOMAIN_EVENT_STOPPED_MIGRATED
 
     def register(self, conn: libvirt.virConnect) -> None:
-        """Subscribe on ``conn`` (again after every reconnect)."""
+        """Use ``conn`` (again after every reconnect). The subscription itself (four calls to
+        libvirt) is made when something is first waited for: a command that only reads, such
+        as ``virtdriver list``, never makes it."""
+        with self._lock:
+            self._conn = conn
+            if self._subscribed is not None:
+                self._subscribe(conn)
+
+    def watch(self) -> None:
+        """Subscribe now, when not yet subscribed: before waiting for something whose outcome a
+        lifecycle event says (a guest that may leave by migration while a lock is waited for)."""
+        with self._lock:
+            if self._conn is not None and self._subscribed is not self._conn:
+                self._subscribe(self._conn)
+
+    def _subscribe(self, conn: libvirt.virConnect) -> None:
+        """Subscribe on ``conn`` (the caller holds ``self._lock``)."""
         conn.domainEventRegisterAny(None, libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED,
                                     self._removed, None)
         conn.domainEventRegisterAny(None, libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVAL_FAILED,
@@ -80,6 +98,7 @@ class DomainEvents:
                                     self._block_job, None)
         conn.domainEventRegisterAny(None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE,
                                     self._lifecycle, None)
+        self._subscribed = conn
 
     # ---- device removal --------------------------------------------------------------------
 
@@ -113,6 +132,8 @@ class DomainEvents:
 
     def _expect(self, key: tuple[str, str, str]) -> None:
         with self._lock:
+            if self._conn is not None and self._subscribed is not self._conn:
+                self._subscribe(self._conn)  # before the caller acts: no event can be missed
             self._waiters[key] = _Waiter()
 
     def _forget(self, key: tuple[str, str, str]) -> None:

@@ -53,8 +53,11 @@ def file_token(volume_id: str) -> str:
 
 def _open(path: Path) -> int:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except FileNotFoundError:  # the first lock in this state directory
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as exc:
         raise StateError(f"cannot use the lock file {path}: "
                          f"{exc.strerror or exc} (check the state directory)") from None
@@ -105,11 +108,13 @@ def _acquire(fd: int, path: Path, what: str, timeout: float,
             pause = min(pause * 2, 0.05)
 
 
+NOTE_WIDTH = 200  # bytes of a holder's note, padded: one pwrite replaces the last note
+
+
 def _note_holder(fd: int, operation: str) -> None:
     note = f"pid {os.getpid()}, {operation}, since {time.strftime('%H:%M:%S')}".encode()
     with contextlib.suppress(OSError):
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, note, 0)
+        os.pwrite(fd, note[:NOTE_WIDTH].ljust(NOTE_WIDTH), 0)
 
 
 @contextlib.contextmanager

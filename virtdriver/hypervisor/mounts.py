@@ -151,7 +151,10 @@ def check_guest_sees(guest_uuid: str, guest_name: str, path: str, mount_base: st
     the base since then reaches its namespace, and QEMU would fail with a bare "No such file".
     """
     real_base = os.path.realpath(mount_base)
-    share = containing_mount(os.path.realpath(path), read_mountinfo())
+    real = os.path.realpath(path)
+    if not real.startswith(real_base.rstrip("/") + "/"):
+        return  # outside the base: on no share mounted below it (mountinfo not read)
+    share = containing_mount(real, read_mountinfo())
     if share is None or not share.mount_point.startswith(real_base.rstrip("/") + "/"):
         return
     pid = qemu_pid(guest_uuid)

@@ -16,25 +16,30 @@ All are pure functions: they read what they are given and raise a
 why. "Where is the rule that refused this?" is answered in this folder.
 """
 
-from virtdriver.policy.attach import (
-    ATTACH_MODES,
-    LABEL_POLICIES,
-    THROTTLE_MAX,
-    RELABEL_MODELS,
-    apply_policy,
-    check_attach_mode,
-    check_block_device_attach_mode,
-    check_block_sizes,
-    check_hotplug_bus,
-    check_label_options,
-    check_label_policy,
-    check_option_flag,
-    check_option_text,
-    check_throttle,
-    effective_attach_mode,
-    shared_image_label,
-)
-from virtdriver.policy.sharing import DIRECT_CACHE_MODES
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from virtdriver.policy.attach import (
+        ATTACH_MODES,
+        LABEL_POLICIES,
+        THROTTLE_MAX,
+        RELABEL_MODELS,
+        apply_policy,
+        check_attach_mode,
+        check_block_device_attach_mode,
+        check_block_sizes,
+        check_hotplug_bus,
+        check_label_options,
+        check_label_policy,
+        check_option_flag,
+        check_option_text,
+        check_throttle,
+        effective_attach_mode,
+        shared_image_label,
+    )
+    from virtdriver.policy.sharing import DIRECT_CACHE_MODES
 
 __all__ = [
     "ATTACH_MODES",
@@ -55,3 +60,17 @@ __all__ = [
     "effective_attach_mode",
     "shared_image_label",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # Imported on first use: reading the host (sharing, identity) does not need the rules of
+    # one disk (attach), and a command's start pays only for what it uses.
+    if name not in __all__:
+        raise AttributeError(f"module 'virtdriver.policy' has no attribute {name!r}")
+    if name == "DIRECT_CACHE_MODES":
+        from virtdriver.policy import sharing as module
+    else:
+        from virtdriver.policy import attach as module  # type: ignore[no-redef]
+    value = getattr(module, name)
+    globals()[name] = value
+    return value

@@ -44,7 +44,6 @@ from virtdriver.errors import (
     show,
 )
 from virtdriver.policy.sharing import DIRECT_CACHE_MODES
-from virtdriver.selinux import image_contexts, virtual_image_context_path
 
 ATTACH_MODES: Final = ("ro", "rw")
 LABEL_POLICIES: Final = ("auto", "explicit", "none")
@@ -99,6 +98,8 @@ def shared_image_label(configured: str | None = None,
     ``virtual_image_context`` file of the SELinux policy in force."""
     if configured:
         return configured
+    from virtdriver.selinux import image_contexts, virtual_image_context_path  # ctypes: lazily
+
     path = context_file or virtual_image_context_path()
     shared = image_contexts(path).get("shared")
     if not shared:

@@ -14,6 +14,7 @@ alias, ``ua-<id>_x2``: ``x`` is not a hex digit, so the suffix never reads as an
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Final
 
@@ -44,7 +45,9 @@ def volume_id_problem(value: object) -> str | None:
         return "is not a volume id (empty)"
     if len(value) > MAX_VOLUME_ID:
         return f"is not a volume id ({len(value)} characters; at most {MAX_VOLUME_ID})"
-    if not value.isprintable() or any(c.isspace() for c in value):
+    # Printable text holds one white-space character only, the ASCII space (every other is
+    # a separator or control character, which isprintable() refuses): no per-character loop.
+    if not value.isprintable() or " " in value:
         return "is not a volume id (white space or control characters)"
     try:
         value.encode("utf-8")
@@ -77,6 +80,7 @@ def check_instance(value: object, field: str = "instance") -> str:
     return value
 
 
+@functools.lru_cache(maxsize=4096)  # every read of the host encodes and decodes each alias
 def encode_volume_id(volume_id: str) -> str:
     """The id with every character libvirt drops from an alias escaped (see the module doc)."""
     return "".join(c if c in _PLAIN else "".join(f"_{b:02x}" for b in c.encode("utf-8"))
@@ -115,6 +119,7 @@ def alias_for(volume_id: str, taken: set[str] | frozenset[str] = frozenset()) ->
                 if (alias := f"{base}_x{n}") not in taken)
 
 
+@functools.lru_cache(maxsize=4096)
 def volume_of_alias(alias: str | None) -> str | None:
     """The volume id an alias made by :func:`alias_for` names; ``None`` for any other alias."""
     if not alias:

@@ -14,7 +14,6 @@ whose share names a host the host mounts from (NFS, GlusterFS, SMB, Quobyte).
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from typing import Any
 
@@ -34,6 +33,9 @@ _IPV6 = re.compile("|".join([
     rf"({_H}:){{2}}:({_H}:){{0,4}}{_H}", rf"({_H}:){{6}}{_V4}", rf"({_H}:){{0,5}}:{_V4}",
     rf"::({_H}:){{0,5}}{_V4}", rf"{_H}::({_H}:){{0,5}}{_H}", rf"::({_H}:){{0,6}}{_H}",
     rf"({_H}:){{1,7}}:", "::"]))
+# IPv4 in dotted-quad form, as ipaddress.IPv4Address takes it (ASCII digits, no leading zeros,
+# 0-255): a pattern costs a fifth of the parse, and every render of a portal asks.
+_IPV4 = re.compile(_V4)
 
 
 _NOT_IPV6 = "is not an IPv6 address in a form libvirt accepts (no scope id)"
@@ -84,16 +86,14 @@ def split_host_port(text: str, where: str) -> tuple[str, str | None]:
 
 
 def _ipv4(value: str) -> bool:
-    try:
-        ipaddress.IPv4Address(value)  # refuses leading zeros and out-of-range parts
-    except ValueError:
-        return False
-    return True
+    return _IPV4.fullmatch(value) is not None  # refuses leading zeros and out-of-range parts
 
 
 def _ipv6(value: str) -> bool:
     if "%" in value or not _IPV6.fullmatch(value):
         return False
+    import ipaddress  # only for an IPv6 literal
+
     try:
         ipaddress.IPv6Address(value)
     except ValueError:

@@ -1,0 +1,151 @@
+"""Reading a domain's XML from libvirt again only when libvirt changed it.
+
+Every attach and detach reads every domain on the host (both lists, then each domain's live and
+persistent XML): the sharing and "still used" decisions are taken from libvirt's own state, not a
+database of ours. The lists are two calls; the XML is two calls per running guest, the part that
+grows with the guests. This module keeps the XML of each domain between operations and reads it
+again only when libvirt may have changed it.
+
+How that is known: libvirt's QEMU driver saves every change it makes to a domain before the call
+that made it returns -- the persistent definition to ``<config dir>/<name>.xml``, the live one
+(with its runtime state) to ``<state dir>/<name>.xml`` -- because that is what it reloads after a
+daemon restart; whoever made the change (this process, another virtdriver, nova, virsh) and
+whatever it was (a hot-plug, a removal the guest finished, a change to the definition alone, a
+block job, a start, a stop). So a domain whose two saved files hold the same bytes as when its XML
+was last read has the same XML: the cache is keyed by those bytes (the file contents, not their
+timestamps), read *before* the XML, with the domain's name and its running/defined flags.
+
+It is used only where it can be trusted:
+
+- for ``qemu:///system`` (the directories of the host's own QEMU driver), with both
+  directories present;
+- once this process has seen its own change to a guest reach those files (``confirm``): files
+  that do not change with libvirt's state (another mount namespace, another daemon) would
+  otherwise hide changes, so until then, and for good if one of its changes did not show, every
+  domain is read from libvirt as before;
+- per domain only when the files it must have (the definition of a persistent domain, the state
+  of a running one) are readable.
+
+A domain the cache answers for costs two small file reads instead of two calls to libvirtd.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+import libvirt
+
+from virtdriver.hypervisor.usage import DomainXml, ListedDomain
+
+SYSTEM_URI = "qemu:///system"
+CONFIG_DIR = Path("/etc/libvirt/qemu")
+STATE_DIR = Path("/run/libvirt/qemu")
+
+Saved = tuple[bytes | None, bytes | None]  # the definition's and the live state's saved bytes
+
+
+class XmlCache:
+    """The XML of the domains of one libvirt connection, kept while libvirt's saved copies of
+    it are unchanged (see the module's description)."""
+
+    def __init__(self, config_dir: Path = CONFIG_DIR, state_dir: Path = STATE_DIR) -> None:
+        self.config_dir = config_dir
+        self.state_dir = state_dir
+        self.usable = config_dir.is_dir() and state_dir.is_dir()
+        self.trusted = False  # set by confirm(): our own change was seen in the files
+        self._refused = False  # a change of ours did not show: never trusted again
+        self._lock = threading.Lock()
+        self._kept: dict[str, tuple[tuple[str, bool, bool, Saved], str, str | None]] = {}
+
+    @classmethod
+    def for_uri(cls, uri: str) -> XmlCache | None:
+        cache = cls() if uri == SYSTEM_URI else None
+        return cache if cache is not None and cache.usable else None
+
+    def saved(self, listed: ListedDomain) -> Saved | None:
+        """What libvirt saved of this domain: its definition (persistent domains) and its live
+        state (running ones); ``None`` when a file it must have cannot be read."""
+        try:
+            config = (self._bytes(self.config_dir / f"{listed.name}.xml") if listed.persistent
+                      else None)
+            state = (self._bytes(self.state_dir / f"{listed.name}.xml") if listed.active
+                     else None)
+        except OSError:
+            return None
+        return config, state
+
+    @staticmethod
+    def _bytes(path: Path) -> bytes:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # os-level: half what open() costs
+        try:
+            chunks = []
+            while chunk := os.read(fd, 1 << 16):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def read(self, listed: Iterable[ListedDomain], *, every: bool = False) -> list[DomainXml]:
+        """Each listed domain's XML: kept, when libvirt saved nothing new of it since it was read
+        (and the cache is trusted), else read from libvirt now. A domain that vanished meanwhile
+        is left out. ``every``: these are all the host's domains (the others are forgotten)."""
+        found: list[DomainXml] = []
+        seen = set()
+        for domain in listed:
+            seen.add(domain.uuid)
+            saved = self.saved(domain) if not self._refused else None
+            key = (domain.name, domain.active, domain.persistent, saved)
+            with self._lock:
+                kept = self._kept.get(domain.uuid)
+                trusted = self.trusted
+            if saved is not None and trusted and kept is not None and kept[0] == key:
+                found.append(DomainXml(domain, kept[1], kept[2]))
+                continue
+            try:
+                xml = domain.read()  # after the files were read: a change in between shows
+            except libvirt.libvirtError as exc:
+                if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
+                    raise
+                continue
+            with self._lock:
+                if saved is None:
+                    self._kept.pop(domain.uuid, None)
+                else:
+                    self._kept[domain.uuid] = (key, xml.current, xml.config)
+            found.append(xml)
+        if every:
+            with self._lock:
+                for uuid in [u for u in self._kept if u not in seen]:
+                    del self._kept[uuid]
+        return found
+
+    @property
+    def watching(self) -> bool:
+        """True until a change of this process's was seen (or not seen) in the files."""
+        return not self.trusted and not self._refused
+
+    def confirm(self, listed: ListedDomain, before: Saved | None) -> None:
+        """After this process changed ``listed`` (a hot-plug, a removal, a definition change):
+        the saved files must show it. They do: the cache can be trusted. They do not: they are
+        not this libvirt's, and the cache is never used again."""
+        if before is None or self._refused:
+            return
+        after = self.saved(listed)
+        with self._lock:
+            if after is None:
+                return
+            if after == before:
+                self._refused = True
+                self.trusted = False
+                self._kept.clear()
+            else:
+                self.trusted = True
+
+    def forget(self) -> None:
+        """Drop everything kept and the trust (a new connection: perhaps another daemon)."""
+        with self._lock:
+            self._kept.clear()
+            self.trusted = False
