@@ -239,8 +239,12 @@ def _attach_guest(host: Host, request: VolumeRequest, target: Target, placement:
 
 
 def _why_refused(host: Host, dom: libvirt.virDomain, disk: Disk, message: str) -> str:
-    """libvirt's message, and for a denied open with label_policy 'none', whose data it is."""
+    """libvirt's message, and for a denied open with label_policy 'none', whose data it is;
+    for ``device='lun'``, why a passed-through block device could not be used."""
     path = disk.source.dev or disk.source.file if disk.source is not None else None
+    lun = _why_lun_refused(disk, path, message)
+    if lun:
+        return f"{message}: {lun}"
     if host.options.label_policy != "none" or not path or "Permission denied" not in message:
         return message
     try:
@@ -248,6 +252,21 @@ def _why_refused(host: Host, dom: libvirt.virDomain, disk: Disk, message: str) -
     except libvirt.libvirtError:
         explained = None
     return f"{message}: {explained}" if explained else message
+
+
+def _why_lun_refused(disk: Disk, path: str | None, message: str) -> str | None:
+    if disk.device != "lun" or disk.type != "block":
+        return None
+    if "SG_IO" in message:
+        return (f"device='lun' passes the guest's SCSI commands to {path}, which does not take "
+                "them (not a SCSI disk: a loop or other non-SCSI block device); attach it with "
+                "device='disk'")
+    if "pr helper" in message or "pr-helper" in message:
+        return ("device='lun' on a host block device needs qemu-pr-helper for the guest's SCSI "
+                "reservations (<reservations managed='yes'/>): install it (Debian: "
+                "qemu-system-common) or set pr_helper in libvirt's qemu.conf; 'virtdriver "
+                "doctor' checks it")
+    return None
 
 
 def _outcome(target: Target, outcome: Attachment | BaseException, undone: bool,
