@@ -286,3 +286,42 @@ def test_an_attach_that_lands_between_the_scan_and_the_guest_lock_is_seen(
     assert attached.device == "/dev/sdb"
     assert sorted(x.volumeId for x in volume_driver.list_attachments(a.name())) == sorted(
         [first["serial"], second["serial"]])
+
+
+def pr_helpers_of(dom: libvirt.virDomain) -> list[str]:
+    """Command lines of the qemu-pr-helper processes libvirt runs for ``dom``."""
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines()
+            if line.split(" ", 1)[0].endswith("qemu-pr-helper") and dom.name()[:20] in line]
+
+
+def test_lun_on_a_loop_device_is_refused_clearly_and_defined_with_managed_reservations(
+        guests, volume_driver, loop_device) -> None:
+    """A loop device takes no SCSI commands (SG_IO): QEMU's scsi-block refuses it for real and
+    the error says so; nothing is left behind, the managed qemu-pr-helper included. Into a
+    shut-off guest, libvirt takes the definition with ``<reservations managed='yes'/>``."""
+    a = guests.start("a")
+    info = local_volume(loop_device.device, multiattach=False)
+    before = (a.XMLDesc(0), config_xml(a))
+    with pytest.raises(AttachFailed, match="device='lun' passes the guest's SCSI commands to "
+                       f"{loop_device.device}, which does not take them") as caught:
+        volume_driver.attach_volume(info, a.name(), device="lun", bus="scsi")
+    assert "SG_IO" in caught.value.libvirt_message
+    assert (a.XMLDesc(0), config_xml(a)) == before
+    assert pr_helpers_of(a) == []
+    assert volume_driver.host.connected() == []
+
+    a.destroy()
+    volume_driver.attach_volume(info, a.name(), device="lun", bus="scsi")
+    disk = libvirt_disk(config_xml(a), f"ua-{info['data']['volume_id']}")
+    assert disk.get("device") == "lun"
+    assert disk.find("./source/reservations").get("managed") == "yes"
+    volume_driver.detach_volume(a.name(), info["data"]["volume_id"])
+
+
+def libvirt_disk(domain_xml: str, alias: str):
+    from lxml import etree
+
+    disk = etree.fromstring(domain_xml.encode()).find(f"./devices/disk/alias[@name='{alias}']/..")
+    assert disk is not None, domain_xml
+    return disk

@@ -101,6 +101,22 @@ def test_lun_needs_a_block_or_iscsi_volume() -> None:
         build_disk(nfs, device="lun", bus="scsi", target_dev="sdb", mount_base="/mnt")
 
 
+def test_lun_on_a_host_block_device_gets_managed_reservations() -> None:
+    """PERSISTENT RESERVE OUT needs CAP_SYS_RAWIO: libvirt's managed qemu-pr-helper sends it."""
+    disk = build_disk(LOCAL, device="lun", bus="scsi", target_dev="sdb")
+    assert disk.source.reservations is not None
+    assert disk.source.reservations.managed == "yes" and disk.source.reservations.source is None
+    assert build_disk(LOCAL, bus="scsi", target_dev="sdb").source.reservations is None
+
+
+def test_lun_on_native_iscsi_has_no_reservations_element() -> None:
+    """QEMU's own initiator (libiscsi) carries the guest's reservations: no helper."""
+    iscsi = json.loads((FIXTURES / "connection_info" / "iscsi-multiattach.json").read_text())
+    disk = build_disk(iscsi, device="lun", bus="scsi", target_dev="sdb", native_iscsi=True)
+    assert disk.type == "network" and disk.source.reservations is None
+    assert "reservations" not in disk.to_xml()
+
+
 def test_attach_mode_must_be_ro_or_rw() -> None:
     with pytest.raises(InvalidAttachMode):
         build_disk(LOCAL, attach_mode="r")

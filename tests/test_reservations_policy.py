@@ -107,3 +107,23 @@ def test_doctor_reports_each_route(tmp_path: Path) -> None:
         assert check.detail.startswith(
             f"SCSI persistent reservations on device='lun': host block devices: yes "
             f"({shutil.which('qemu-pr-helper')}")
+
+
+def test_a_rendered_block_lun_goes_through_the_managed_helper() -> None:
+    disk = build_disk(local_volume("/dev/sdx", multiattach=True), device="lun", bus="scsi",
+                      target_dev="sdb")
+    assert reservation_route(disk, "u") == (
+        "libvirt's managed qemu-pr-helper, as the host's initiator", HOST_INITIATOR)
+
+
+def test_a_missing_pr_helper_is_explained() -> None:
+    """libvirt's own message when qemu.conf's pr_helper is not there (qemu_process.c)."""
+    from virtdriver.driver.attach import _why_lun_refused
+
+    disk = build_disk(local_volume("/dev/sdx", multiattach=False), device="lun", bus="scsi",
+                      target_dev="sdb")
+    message = "'qemu-pr-helper' is not a suitable pr helper: No such file or directory"
+    assert "install it (Debian: qemu-system-common)" in _why_lun_refused(disk, "/dev/sdx",
+                                                                          message)
+    plain = build_disk(local_volume("/dev/sdx", multiattach=False))
+    assert _why_lun_refused(plain, "/dev/sdx", message) is None

@@ -255,7 +255,8 @@ def _attach_guest(host: Host, request: VolumeRequest, target: Target, placement:
 
 def _why_refused(host: Host, dom: libvirt.virDomain, disk: Disk, message: str) -> str:
     """libvirt's message, and for a denied open with label_policy 'none', whose data it is;
-    for QEMU's own iSCSI initiator, the name it logged in as (a target's ACL admits names)."""
+    for QEMU's own iSCSI initiator, the name it logged in as (a target's ACL admits names);
+    for ``device='lun'``, why a passed-through block device could not be used."""
     source = disk.source
     if source is not None and source.protocol == "iscsi" and source.initiator is not None \
             and source.initiator.iqn is not None:
@@ -263,6 +264,9 @@ def _why_refused(host: Host, dom: libvirt.virDomain, disk: Disk, message: str) -
                 "the target must admit that name; --initiator-iqn names another, the default "
                 "is the host's /etc/iscsi/initiatorname.iscsi)")
     path = disk.source.dev or disk.source.file if disk.source is not None else None
+    lun = _why_lun_refused(disk, path, message)
+    if lun:
+        return f"{message}: {lun}"
     if host.options.label_policy != "none" or not path or "Permission denied" not in message:
         return message
     try:
@@ -270,6 +274,21 @@ def _why_refused(host: Host, dom: libvirt.virDomain, disk: Disk, message: str) -
     except libvirt.libvirtError:
         explained = None
     return f"{message}: {explained}" if explained else message
+
+
+def _why_lun_refused(disk: Disk, path: str | None, message: str) -> str | None:
+    if disk.device != "lun" or disk.type != "block":
+        return None
+    if "SG_IO" in message:
+        return (f"device='lun' passes the guest's SCSI commands to {path}, which does not take "
+                "them (not a SCSI disk: a loop or other non-SCSI block device); attach it with "
+                "device='disk'")
+    if "pr helper" in message or "pr-helper" in message:
+        return ("device='lun' on a host block device needs qemu-pr-helper for the guest's SCSI "
+                "reservations (<reservations managed='yes'/>): install it (Debian: "
+                "qemu-system-common) or set pr_helper in libvirt's qemu.conf; 'virtdriver "
+                "doctor' checks it")
+    return None
 
 
 def _outcome(target: Target, outcome: Attachment | BaseException, undone: bool,

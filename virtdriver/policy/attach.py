@@ -18,6 +18,10 @@ Protocol drivers say where a volume is; this module says how it may be used:
   no read-only disk on the buses libvirt cannot make read-only (ide, sata); block sizes QEMU
   rejects (logical above physical, anything but 512 on ide/sata); throttle values above QEMU's
   ceiling (see :func:`check_throttle`); a bus that cannot be hot-plugged where attach would use it.
+- **SCSI reservations.** ``device='lun'`` on a host block device gets ``<reservations
+  managed='yes'/>``: PERSISTENT RESERVE OUT needs CAP_SYS_RAWIO, which QEMU lacks, so libvirt
+  starts a ``qemu-pr-helper`` per guest to send it (doctor warns on a host without one; libvirt
+  then refuses the attach). QEMU-native iSCSI passes reservations through libiscsi: no element.
 - **Labels** (``label_policy``): ``auto`` adds nothing and lets libvirt give shareable disks the
   shared image label (it never restores labels of shared or read-only disks on detach);
   ``explicit`` pins the shared image SELinux context on shareable host disks; ``none`` turns
@@ -34,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from virtdriver.config import Disk, SecLabel
+from virtdriver.config import Disk, Reservations, SecLabel
 from virtdriver.errors import (
     InvalidAttachMode,
     InvalidConnectionInfo,
@@ -223,6 +227,10 @@ def _check_device(disk: Disk, encrypted: bool) -> None:
         raise InvalidRenderOption(f"device 'lun' needs a raw volume, not {driver.type}")
     if encrypted:
         raise InvalidRenderOption("device 'lun' cannot be encrypted (libvirt refuses it)")
+    if disk.type == "block" and source is not None and source.reservations is None:
+        # PERSISTENT RESERVE OUT needs CAP_SYS_RAWIO, which QEMU does not have: libvirt
+        # starts a qemu-pr-helper for the guest that sends it on QEMU's behalf.
+        source.reservations = Reservations(managed="yes")
 
 
 def apply_policy(disk: Disk, *, attach_mode: str, multiattach: bool, host_attached: bool,
