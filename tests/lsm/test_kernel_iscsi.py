@@ -148,6 +148,7 @@ def test_os_brick_iscsi_connect_and_disconnect(tgt_lun, iscsi_connector) -> None
     assert not os.path.exists(path)
 
 
+@pytest.mark.lsm_apparmor  # the AppArmor boot too: each guest's profile must allow the device
 def test_kernel_iscsi_multiattach_through_the_driver(tgt_lun, guests, volume_driver) -> None:
     """One iSCSI volume through the kernel initiator, shared by two guests via
     ``LibvirtVolumeDriver``: the session stays while any guest uses it, goes with the last.
