@@ -19,7 +19,7 @@ import subprocess
 import libvirt
 import pytest
 
-from tests.lsm.conftest import qemu_pid, run, split_context
+from tests.lsm.conftest import qemu_pid, split_context
 from tests.lsm.selinux_support import (
     READONLY,
     data_file,
