@@ -30,8 +30,7 @@ def _doctor(args: argparse.Namespace) -> int:
         report = diagnose(driver)
     finally:
         driver.close()
-    print(json.dumps(report.to_json(), indent=2) if args.json else format_report(report))
-    return EXIT_OK if report.multiattach_ok else EXIT_PROBLEM
+    return _shown(report, format_report, args.json, problem=not report.multiattach_ok)
 
 
 def _audit(args: argparse.Namespace) -> int:
@@ -48,8 +47,13 @@ def _audit(args: argparse.Namespace) -> int:
             add_cinder_dangers(report, connection.get(), Cinder(args.cinder))
     finally:
         connection.close()
-    print(json.dumps(report.to_json(), indent=2) if args.json else format_report(report))
-    return EXIT_PROBLEM if report.dangers else EXIT_OK
+    return _shown(report, format_report, args.json, problem=bool(report.dangers))
+
+
+def _shown(report: Any, text: Any, as_json: bool, *, problem: bool) -> int:
+    """Print a doctor or audit report (JSON or the operator's text); its exit status."""
+    print(json.dumps(report.to_json(), indent=2) if as_json else text(report))
+    return EXIT_PROBLEM if problem else EXIT_OK
 
 
 def _repair_labels(args: argparse.Namespace) -> int:
@@ -73,17 +77,20 @@ def _repair_labels(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+DOCTOR_DESCRIPTION = """
+Check libvirt and QEMU (versions, share-rw for shareable disks), KVM, the security drivers and
+SELinux image contexts, os-brick's connector properties, iscsid, the initiator name and host NQN,
+multipathd, the kernel modules, which storage protocols can connect on this host (with the
+options given: the attach's options), and the lock and mount directories. Each check is ok, warn
+or fail; the exit status is 1 when multiattach cannot work here.
+"""
+
+
 def add_operator_commands(sub: Any) -> None:
     raw = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser(
         "doctor", help="check that this host can attach and share volumes", formatter_class=raw,
-        description="Check libvirt and QEMU (versions, share-rw for shareable disks), KVM, the "
-                    "security drivers and SELinux image contexts, os-brick's connector "
-                    "properties, iscsid, the initiator name and host NQN, multipathd, the "
-                    "kernel modules, which storage protocols can connect on this host (with "
-                    "the options given: the attach's options), and the lock and mount "
-                    "directories. Each check is ok, warn or fail; the exit "
-                    "status is 1 when multiattach cannot work here.",
+        description=" ".join(DOCTOR_DESCRIPTION.split()),
         epilog="examples:\n"
                "  virtdriver doctor\n"
                "  virtdriver doctor --json | jq .problems\n"

@@ -31,13 +31,13 @@ A domain the cache answers for costs two small file reads instead of two calls t
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Iterable
 from pathlib import Path
 
 import libvirt
 
+from virtdriver.hostfiles import read_bytes
 from virtdriver.hypervisor.usage import DomainXml, ListedDomain
 
 SYSTEM_URI = "qemu:///system"
@@ -69,24 +69,13 @@ class XmlCache:
         """What libvirt saved of this domain: its definition (persistent domains) and its live
         state (running ones); ``None`` when a file it must have cannot be read."""
         try:
-            config = (self._bytes(self.config_dir / f"{listed.name}.xml") if listed.persistent
+            config = (read_bytes(self.config_dir / f"{listed.name}.xml") if listed.persistent
                       else None)
-            state = (self._bytes(self.state_dir / f"{listed.name}.xml") if listed.active
+            state = (read_bytes(self.state_dir / f"{listed.name}.xml") if listed.active
                      else None)
         except OSError:
             return None
         return config, state
-
-    @staticmethod
-    def _bytes(path: Path) -> bytes:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # os-level: half what open() costs
-        try:
-            chunks = []
-            while chunk := os.read(fd, 1 << 16):
-                chunks.append(chunk)
-            return b"".join(chunks)
-        finally:
-            os.close(fd)
 
     def read(self, listed: Iterable[ListedDomain], *, every: bool = False) -> list[DomainXml]:
         """Each listed domain's XML: kept, when libvirt saved nothing new of it since it was read
