@@ -14,17 +14,20 @@ AppArmor's read-only rule is in test_apparmor_readonly.py.
 from __future__ import annotations
 
 import grp
+from collections.abc import Callable
 import os
 import pwd
 
 import libvirt
 import pytest
 
-from tests.lsm.conftest import run, secmodels
+from tests.lsm.conftest import NESTED, qemu_pid, run, secmodels
+from tests.lsm.selinux_support import device_label_in_namespace, no_guest_denials
 from tests.support.labels import shared_guests_survive_restart
 from tests.support.volumes import local_volume
 from virtdriver import LibvirtVolumeDriver
 from virtdriver.errors import AttachFailed, UnsafeAttachment
+from virtdriver.selinux import image_contexts
 
 pytestmark = [pytest.mark.lsm_selinux, pytest.mark.lsm_apparmor]
 
@@ -47,9 +50,23 @@ def _operator_prepared(dev: str, models: list[str]) -> None:
         run("chcon", SHARED_CONTEXT, dev)
 
 
+def _explicit_label_written(dev: str) -> Callable[[libvirt.virDomain, libvirt.virDomain], None]:
+    """SELinux boot, ``explicit``: the rw guest's disk pins the policy's own shared image
+    context (live and stored XML), and the device node in its QEMU's /dev carries it."""
+    shared = image_contexts()["shared"]
+    assert shared.split(":")[2] == "svirt_image_t", shared
+
+    def check(a: libvirt.virDomain, b: libvirt.virDomain) -> None:
+        pinned = "<seclabel model='selinux' relabel='yes'>"
+        for xml in (a.XMLDesc(0), a.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)):
+            assert pinned in xml and f"<label>{shared}</label>" in xml, xml
+        assert device_label_in_namespace(qemu_pid(a), dev) == shared
+    return check
+
+
 @pytest.mark.parametrize("policy", ["auto", "none", "explicit"])
 def test_shared_guests_survive_destroy_and_start(policy, guests, loop_device, tmp_path,
-                                                 system_conn) -> None:
+                                                 system_conn, audit_window) -> None:
     models = secmodels(system_conn)
     dev = loop_device.device
     if policy == "explicit" and "selinux" not in models:
@@ -66,8 +83,12 @@ def test_shared_guests_survive_destroy_and_start(policy, guests, loop_device, tm
     try:
         if policy == "none":
             _operator_prepared(dev, models)
+        check = (_explicit_label_written(dev)
+                 if policy == "explicit" and NESTED == "selinux" else None)
         shared_guests_survive_restart(policy, guests, loop_device, tmp_path / "state",
-                                      system_conn)
+                                      system_conn, after_start=check)
+        if NESTED == "selinux" and policy in ("auto", "explicit"):
+            no_guest_denials(audit_window)
     finally:
         _reset_node(dev, models)
 

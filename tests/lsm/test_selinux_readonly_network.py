@@ -1,9 +1,9 @@
 """SELinux: a read-only attachment that is not shared gets the read-only context, and network
 disks are not labelled at all (issue #20, item 5).
 
-NBD is served by qemu-nbd on 127.0.0.1 inside the nested host. QEMU-native iSCSI and RBD need
-QEMU's block modules (Debian's qemu-block-extra), which the nested image does not carry: the
-rendering of those disks without per-disk labels is covered by the host's own tests.
+NBD is served by qemu-nbd on 127.0.0.1 inside the nested host, and QEMU-native iSCSI (QEMU's own
+initiator, from Debian's qemu-block-extra) logs in to tgt on 127.0.0.1 (the fixture of
+test_kernel_iscsi). RBD's rendering without per-disk labels is covered by the host's own tests.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 from lxml import etree
 
 from tests.lsm.conftest import qemu_pid, split_context
+from tests.lsm.test_kernel_iscsi import BLOCK, IQN, PORT, sessions, tgt_lun  # noqa: F401
 from tests.lsm.selinux_support import (
     READONLY,
     data_file,
@@ -29,6 +30,7 @@ from tests.lsm.selinux_support import (
 from tests.support.sharedio import writer_shares_with_reader
 from tests.support.volumes import file_volume, local_volume
 from testhosts.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
+from virtdriver import LibvirtVolumeDriver
 
 pytestmark = pytest.mark.lsm_selinux
 
@@ -115,4 +117,47 @@ def test_nbd_is_not_labelled(guests, volume_driver, nbd_export, audit_window) ->
     assert file_label(path) == before
     volume_driver.detach_volume(a.name(), vid)
     volume_driver.detach_volume(b.name(), vid)
+    no_guest_denials(audit_window)
+
+
+def _network_disks(dom: libvirt.virDomain, protocol: str) -> None:
+    """``dom``'s one network disk speaks ``protocol`` and carries no per-disk label, in its live
+    and its stored definition."""
+    for xml in (dom.XMLDesc(0), dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)):
+        disks = etree.fromstring(xml.encode()).findall("./devices/disk[@type='network']")
+        assert [d.find("source").get("protocol") for d in disks] == [protocol], xml
+        assert disks[0].findall(".//seclabel") == [], xml
+
+
+@pytest.mark.kernel_initiator  # tgt_lun loads iscsi_tcp and runs tgtd, as the kernel tests do
+def test_native_iscsi_is_not_labelled(tgt_lun, guests, tmp_path, audit_window) -> None:
+    """QEMU's own iSCSI initiator, rw in A and ro in B: no per-disk label, no kernel session,
+    A's data reaches B and the target's file, whose label nothing touched; no denial."""
+    before = file_label(str(tgt_lun))
+    vid = str(uuid.uuid4())
+    info = {"driver_volume_type": "iscsi", "serial": vid, "multiattach": True,
+            "data": {"volume_id": vid, "target_iqn": IQN, "target_portal": f"127.0.0.1:{PORT}",
+                     "target_lun": 1}}
+    alias = f"ua-{vid}"
+    driver = LibvirtVolumeDriver("qemu:///system", state_dir=tmp_path / "state",
+                                 native_iscsi=True, detach_timeout=60)
+    try:
+        a, b = guests.start("iscsi-a"), guests.start("iscsi-b")
+        driver.attach_volume(info, a.name(), attach_mode="rw")
+        driver.attach_volume(info, b.name(), attach_mode="ro")
+        assert IQN not in sessions()  # QEMU's own logins, not the kernel's
+        assert not block_info(a, alias).ro and block_info(b, alias).ro
+        for dom in (a, b):
+            _network_disks(dom, "iscsi")
+            assert split_context(process_label(qemu_pid(dom)))[2] == "svirt_t"
+        pattern, offset = writer_shares_with_reader(a, b, alias)
+        with open(tgt_lun, "rb") as fh:  # over the network, to the file tgt serves
+            fh.seek(offset)
+            assert fh.read(BLOCK) == bytes([pattern]) * BLOCK
+        assert file_label(str(tgt_lun)) == before
+        driver.detach_volume(a.name(), vid)
+        driver.detach_volume(b.name(), vid)
+        assert driver.host.load(vid) is None
+    finally:
+        driver.close()
     no_guest_denials(audit_window)

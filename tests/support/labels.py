@@ -3,6 +3,7 @@ a shared volume rw in one persistent guest and ro in another, both destroyed and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import libvirt
@@ -24,9 +25,12 @@ def per_disk_models(xml: str) -> set[str]:
 
 def shared_guests_survive_restart(policy: str, guests: Guests, loop: LoopDevice,
                                   state_dir: Path, conn: libvirt.virConnect,
+                                  after_start: Callable[[libvirt.virDomain, libvirt.virDomain],
+                                                        None] | None = None,
                                   **host_options: object) -> None:
     """Attach rw + ro with ``policy``, restart both guests, check disks and data, detach,
-    restart again; every per-disk label names a model this libvirt runs."""
+    restart again; every per-disk label names a model this libvirt runs. ``after_start(a, b)``
+    (the rw and the ro guest) runs once both have started again with the volume."""
     driver = LibvirtVolumeDriver(state_dir=state_dir, detach_timeout=60, label_policy=policy,
                                  **host_options)
     try:
@@ -46,6 +50,8 @@ def shared_guests_survive_restart(policy: str, guests: Guests, loop: LoopDevice,
         qa, qb = block_info(a, alias), block_info(b, alias)
         assert (qa.ro, qb.ro) == (False, True)
         assert qa.file == qb.file == loop.device
+        if after_start is not None:
+            after_start(a, b)
         write_pattern(a, alias, 0x3C)
         assert read_pattern(b, alias, 0x3C)
         driver.detach_volume(a.name(), vid)
