@@ -54,6 +54,7 @@ try:
         LoopDeviceError,
         QemuIoError,
         ReadOnlyWrite,
+        EMBED_QEMU_CONF,
         ensure_event_loop,
         prepare_embed_root,
         read_pattern,
@@ -93,8 +94,11 @@ class Workspace:
         ensure_event_loop()  # before any open: events, and embed refuses to open without it
         if uri is None:
             # QEMU as root (so it can open /dev/kvm), a seeded capabilities cache (the first
-            # guest then starts in a fraction of a second)
-            embed = prepare_embed_root(self.dir / "r", seed=True)
+            # guest then starts in a fraction of a second); no ownership notes in xattrs: every
+            # file is the demo's own, and libvirt's DAC driver, relabelling the kernel both Linux
+            # guests of --guest-view share, warned on stderr about the first guest's note
+            embed = prepare_embed_root(self.dir / "r", seed=True,
+                                       qemu_conf=EMBED_QEMU_CONF + "remember_owner = 0\n")
             try:
                 self.conn = libvirt.open(embed)
             except libvirt.libvirtError:

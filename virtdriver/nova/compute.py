@@ -59,8 +59,9 @@ def local_users(conn: Any, volume_id: str) -> list[DiskUse]:
 
 
 def _nova_class(adapter: type) -> type:
-    """The nova class an adapter replaces (its base other than the rendering mixin)."""
-    return next(base for base in adapter.__bases__ if base is not VirtdriverRendering)
+    """The nova class an adapter replaces: its base that is not a rendering mixin (the mixin may
+    be :class:`VirtdriverRendering` or a subclass with a nova class's own defaults)."""
+    return next(base for base in adapter.__bases__ if not issubclass(base, VirtdriverRendering))
 
 
 #: nova's volume-driver class -> the adapter that replaces it.
