@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -42,10 +43,21 @@ def level_of(context: str) -> str:
     return split_context(context)[3]
 
 
+#: The test harness's own processes (virsh, python: unconfined_t, run from the test's shell) are
+#: sometimes refused ``execmem`` by Debian's policy (``allow_execmem`` off) under TCG; nothing of
+#: virtdriver, libvirtd or a guest runs in that domain, and the refused process carries on (the
+#: CI run that showed it: a ``virsh attach-disk`` of the unshared test, which then succeeded).
+_HARNESS_EXECMEM = re.compile(r"denied\s+\{ execmem \} .*"
+                              r"scontext=unconfined_u:unconfined_r:unconfined_t:\S+ "
+                              r"tcontext=unconfined_u:unconfined_r:unconfined_t:\S+ tclass=process")
+
+
 def no_guest_denials(window: AuditWindow) -> None:
     """No enforced denial, and no denial of a guest's QEMU (svirt_t) at all, in ``window``.
-    The documented permissive domains (virtd_t ...) may log permissive=1 records."""
-    bad = [r.line for r in window.records() if not r.permissive or "svirt_t" in r.line]
+    The documented permissive domains (virtd_t ...) may log permissive=1 records; the test
+    harness's own execmem refusals (:data:`_HARNESS_EXECMEM`) are not the product's."""
+    bad = [r.line for r in window.records()
+           if "svirt_t" in r.line or not (r.permissive or _HARNESS_EXECMEM.search(r.line))]
     assert bad == [], "\n".join(bad)
 
 
