@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import libvirt
 
-from virtdriver.errors import HypervisorError, LockTimeout, VirtDriverError
+from virtdriver.errors import DamagedRecord, HypervisorError, LockTimeout, VirtDriverError
 from virtdriver.hypervisor.connection import Connection, libvirt_message
 from virtdriver.hypervisor.dataid import DataIdentity, identity_token
 from virtdriver.hypervisor.locks import locks
@@ -225,8 +225,12 @@ class Host:
     def extend_connector_options(self, request: VolumeRequest) -> dict[str, Any]:
         """The connector a rescan must use: the one the volume was connected with here (its
         record's: with multipath, os-brick then grows the map too, not only its paths), else the
-        one a connect would use now."""
-        record = self.records.load(request.vid)
+        one a connect would use now (also when the record is damaged: a rescan changes nothing
+        the record describes, and the release that needs it says what the damage means)."""
+        try:
+            record = self.records.load(request.vid)
+        except DamagedRecord:
+            record = None
         if record is not None and record.protocol == request.protocol:
             return dict(record.connector_options)
         return self._connector_options(request)
