@@ -48,13 +48,13 @@ from virtdriver.errors import VirtDriverError, VolumeInUse  # noqa: E402
 # qemu-io), which a source checkout has and the product wheel does not install.
 try:
     from testhosts.guests import (
+        EMBED_QEMU_CONF,
         SYSTEM_URI,
         Guests,
         LoopDevice,
         LoopDeviceError,
         QemuIoError,
         ReadOnlyWrite,
-        EMBED_QEMU_CONF,
         ensure_event_loop,
         prepare_embed_root,
         read_pattern,
