@@ -148,6 +148,18 @@ def test_os_brick_iscsi_connect_and_disconnect(tgt_lun, iscsi_connector) -> None
     assert not os.path.exists(path)
 
 
+def share_lun(volume_driver, a, b) -> tuple[dict, str, str]:  # type: ignore[no-untyped-def]
+    """The test LUN as one multiattach volume through the driver, rw in ``a`` and ro in ``b``:
+    its connection_info, volume id and disk alias."""
+    vid = str(uuid.uuid4())
+    info = {"driver_volume_type": "iscsi", "serial": vid, "multiattach": True,
+            "data": {"volume_id": vid, "target_iqn": IQN,
+                     "target_portal": f"127.0.0.1:{PORT}", "target_lun": 1}}
+    volume_driver.attach_volume(info, a.name(), attach_mode="rw")
+    volume_driver.attach_volume(info, b.name(), attach_mode="ro")
+    return info, vid, f"ua-{vid}"
+
+
 @pytest.mark.lsm_apparmor  # the AppArmor boot too: each guest's profile must allow the device
 def test_kernel_iscsi_multiattach_through_the_driver(tgt_lun, guests, volume_driver) -> None:
     """One iSCSI volume through the kernel initiator, shared by two guests via
@@ -158,13 +170,7 @@ def test_kernel_iscsi_multiattach_through_the_driver(tgt_lun, guests, volume_dri
     from testhosts.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
 
     a, b = guests.start("a"), guests.start("b")
-    vid = str(uuid.uuid4())
-    info = {"driver_volume_type": "iscsi", "serial": vid, "multiattach": True,
-            "data": {"volume_id": vid, "target_iqn": IQN,
-                     "target_portal": f"127.0.0.1:{PORT}", "target_lun": 1}}
-    alias = f"ua-{vid}"
-    volume_driver.attach_volume(info, a.name(), attach_mode="rw")
-    volume_driver.attach_volume(info, b.name(), attach_mode="ro")
+    info, vid, alias = share_lun(volume_driver, a, b)
     assert IQN in sessions()
     assert not block_info(a, alias).ro and block_info(b, alias).ro
     source = block_info(a, alias).file
@@ -205,13 +211,7 @@ def test_kernel_iscsi_online_extend(tgt_lun, guests, volume_driver) -> None:
     from testhosts.guests import block_info
 
     a, b = guests.start("a"), guests.start("b")
-    vid = str(uuid.uuid4())
-    info = {"driver_volume_type": "iscsi", "serial": vid, "multiattach": True,
-            "data": {"volume_id": vid, "target_iqn": IQN,
-                     "target_portal": f"127.0.0.1:{PORT}", "target_lun": 1}}
-    alias = f"ua-{vid}"
-    volume_driver.attach_volume(info, a.name(), attach_mode="rw")
-    volume_driver.attach_volume(info, b.name(), attach_mode="ro")
+    info, vid, alias = share_lun(volume_driver, a, b)
     assert block_info(a, alias).raw["inserted"]["image"]["virtual-size"] == 64 << 20
     new = 96 << 20
     with open(tgt_lun, "r+b") as fh:
