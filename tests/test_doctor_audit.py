@@ -240,7 +240,7 @@ def test_shared_read_write_image_formats_are_a_danger() -> None:
 
 
 def _disk_xmls(dom: libvirt.virDomain) -> list[str]:
-    from virtdriver.hypervisor.usage import domain_disks
+    from virtdriver.hypervisor.domains import domain_disks
 
     return [u.disk.to_xml() for u in domain_disks(dom) if u.live]
 

@@ -33,7 +33,7 @@ class DisconnectRecorder:
         return len(self.calls)
 
     def record(self, properties: dict) -> None:
-        from virtdriver.hypervisor.usage import host_disks
+        from virtdriver.hypervisor.domains import host_disks
 
         dev = properties.get("device_path")
         self.calls.append({u.domain_name for u in host_disks(self.conn)

@@ -155,7 +155,7 @@ def test_foreign_aliases_name_no_volume() -> None:
 def test_the_users_filter_finds_an_id_carried_encoded_in_an_alias() -> None:
     """nova's "may the host connection go?" reads only XML that mentions the volume: an id such
     as ``vol.1`` stands there only encoded (``ua-vol_2e1``), and must still be found."""
-    from virtdriver.hypervisor.usage import _read_xml
+    from virtdriver.hypervisor.domains import _read_xml
 
     xml = ("<domain><name>g</name><uuid>u</uuid><devices><disk type='file' device='disk'>"
            "<source file='/x'/><target dev='sda' bus='scsi'/><alias name='ua-vol_2e1'/>"

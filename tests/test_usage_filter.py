@@ -1,4 +1,4 @@
-"""The look at a domain's XML text before parsing it (``usage.Wanted``): it may let a domain
+"""The look at a domain's XML text before parsing it (``volume_users.Wanted``): it may let a domain
 through that holds nothing of the volume (then it is parsed for nothing), but never hide one that
 does. Checked against the parsed disks themselves, for every way a disk can be a volume or hold
 its data: the alias (plain and encoded ids), a swap note (ids that XML escapes), a file or device
@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 from lxml import etree
 
 from virtdriver.hypervisor.dataid import DataIdentity
+from virtdriver.hypervisor.domains import DomainXml, ListedDomain, source_token
 from virtdriver.hypervisor.metadata import NS
-from virtdriver.hypervisor.usage import DomainXml, HostView, ListedDomain, Wanted, source_token
+from virtdriver.hypervisor.volume_users import HostView, Wanted
 from virtdriver.policy.identity import alias_for
 from virtdriver.policy.sharing import users_of
 

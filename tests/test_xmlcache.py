@@ -14,7 +14,7 @@ from pathlib import Path
 import libvirt
 import pytest
 
-from virtdriver.hypervisor.usage import ListedDomain
+from virtdriver.hypervisor.domains import ListedDomain
 from virtdriver.hypervisor.xmlcache import XmlCache
 
 

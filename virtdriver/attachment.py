@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from virtdriver.config import Disk
-from virtdriver.hypervisor.usage import DiskUse
+from virtdriver.hypervisor.domains import DiskUse
 
 from virtdriver.policy.identity import ALIAS_PREFIX  # noqa: F401 - re-exported
 

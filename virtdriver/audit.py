@@ -44,9 +44,9 @@ from virtdriver.attachment import describe_source
 from virtdriver.errors import DamagedRecord, HypervisorError
 from virtdriver.hypervisor.connection import libvirt_message, security_models
 from virtdriver.hypervisor.apparmor import writable_readonly_disks
+from virtdriver.hypervisor.domains import DiskUse, DomainState, host_state, labels_of
 from virtdriver.hypervisor.seclabels import foreign_labels
 from virtdriver.hypervisor.hostconn import HostConnections
-from virtdriver.hypervisor.usage import DiskUse, DomainState, host_state, labels_of
 from virtdriver.policy.migration import still_arriving
 from virtdriver.policy.reservations import fence_message, reservation_route, shared_identities
 from virtdriver.policy.sharing import Danger, Use, dangers

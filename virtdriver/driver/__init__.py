@@ -24,7 +24,7 @@ from virtdriver.driver.host import Host
 from virtdriver.driver.interrupts import Interrupts
 from virtdriver.driver.options import DEFAULT_STATE_DIR, HostOptions, check_timeout
 from virtdriver.errors import InvalidRequest
-from virtdriver.hypervisor.usage import DiskUse
+from virtdriver.hypervisor.domains import DiskUse
 from virtdriver.policy import check_attach_mode
 from virtdriver.policy.identity import check_instance, check_requested_volume_id
 from virtdriver.shapes import normalize
@@ -103,7 +103,7 @@ class LibvirtVolumeDriver:
     def volume_users(self, volume: str) -> list[DiskUse]:
         """Every disk on this host that is ``volume`` (a volume id)."""
         check_requested_volume_id(volume, "volume")
-        from virtdriver.hypervisor.usage import Wanted
+        from virtdriver.hypervisor.volume_users import Wanted
 
         wanted = Wanted(volume, None)  # only guests whose XML can hold the volume are parsed
         return [u for d in self.hosting.view(arriving=False).domains if d.may_use(wanted)

@@ -33,11 +33,11 @@ from virtdriver.config import Disk
 from virtdriver.hypervisor.access import explain_denied
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.dataid import data_identity
+from virtdriver.hypervisor.domains import DiskUse, DomainXml, ListedDomain, list_domains
 from virtdriver.hypervisor.locks import guest_generation, guest_lock
 from virtdriver.hypervisor.mounts import check_guest_sees
 from virtdriver.hypervisor.targets import bus_for, pick_target
-from virtdriver.hypervisor.usage import DiskUse, DomainXml, HostView, ListedDomain, Wanted
-from virtdriver.hypervisor.usage import list_domains
+from virtdriver.hypervisor.volume_users import HostView, Wanted
 from virtdriver.policy import check_hotplug_bus
 from virtdriver.policy.identity import alias_for
 from virtdriver.policy.sharing import refuse_attach, refuse_fan_out, users_of

@@ -26,8 +26,9 @@ from virtdriver.errors import (
     VolumeInUse,
 )
 from virtdriver.hypervisor.connection import libvirt_message
+from virtdriver.hypervisor.domains import DiskUse, DomainState, DomainXml, ListedDomain
 from virtdriver.hypervisor.metadata import set_note
-from virtdriver.hypervisor.usage import DiskUse, DomainState, DomainXml, HostView, ListedDomain
+from virtdriver.hypervisor.volume_users import HostView
 from virtdriver.policy.identity import check_requested_volume_id, volume_of_alias
 from virtdriver.policy.migration import ARRIVING
 from virtdriver.policy.sharing import still_used

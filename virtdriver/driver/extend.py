@@ -30,8 +30,8 @@ from virtdriver.errors import (
 )
 from virtdriver.hypervisor import brick
 from virtdriver.hypervisor.connection import libvirt_message
+from virtdriver.hypervisor.domains import DiskUse
 from virtdriver.hypervisor.resize import resize_disk
-from virtdriver.hypervisor.usage import DiskUse
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,10 +18,10 @@ import libvirt
 from virtdriver.errors import DamagedRecord, HypervisorError, LockTimeout, VirtDriverError
 from virtdriver.hypervisor.connection import Connection, libvirt_message
 from virtdriver.hypervisor.dataid import DataIdentity, identity_token
+from virtdriver.hypervisor.domains import DomainState, DomainXml, ListedDomain, list_domains
+from virtdriver.hypervisor.domains import read_domains
 from virtdriver.hypervisor.locks import locks
-from virtdriver.hypervisor.usage import VERBATIM_TEXT, DomainState, DomainXml, HostView
-from virtdriver.hypervisor.usage import ListedDomain
-from virtdriver.hypervisor.usage import list_domains, read_domains
+from virtdriver.hypervisor.volume_users import VERBATIM_TEXT, HostView
 from virtdriver.policy.migration import Arrival, still_arriving
 from virtdriver.policy.sharing import Use, still_used
 from virtdriver.driver.options import HostOptions

@@ -49,9 +49,9 @@ from virtdriver.errors import (
     VirtDriverError,
 )
 from virtdriver.hypervisor.connection import libvirt_message
+from virtdriver.hypervisor.domains import DomainState
 from virtdriver.hypervisor.jobwatch import watching
 from virtdriver.hypervisor.locks import guest_lock
-from virtdriver.hypervisor.usage import DomainState
 from virtdriver.policy.migration import MOVED, STAYED, guest_location, refuse_unprepared
 
 __all__ = ["abort_incoming", "complete_incoming", "finish_outgoing", "incoming_xml", "migrate",

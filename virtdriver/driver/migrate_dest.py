@@ -23,8 +23,8 @@ from virtdriver.driver.host import Host
 from virtdriver.driver.request import VolumeRequest
 from virtdriver.errors import HostConnectFailed, MigrationRefused
 from virtdriver.hypervisor.dataid import data_identity
+from virtdriver.hypervisor.domains import DomainState
 from virtdriver.hypervisor.hostconn import HostRecord
-from virtdriver.hypervisor.usage import DomainState
 from virtdriver.policy import check_attach_mode
 from virtdriver.policy.carryover import carried_over, refuse_changed
 from virtdriver.policy.identity import (

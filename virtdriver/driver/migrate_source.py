@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from virtdriver.driver.host import Host
-from virtdriver.hypervisor.usage import DomainState
+from virtdriver.hypervisor.domains import DomainState
 from virtdriver.policy.identity import check_instance, check_requested_volume_id
 from virtdriver.policy.migration import refuse_finish, refuse_leaving
 

@@ -30,8 +30,8 @@ from virtdriver.errors import (
 from virtdriver.hypervisor.blockcopy import copy_and_pivot
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.dataid import data_identity, identity_token
+from virtdriver.hypervisor.domains import source_token
 from virtdriver.hypervisor.metadata import set_note
-from virtdriver.hypervisor.usage import source_token
 from virtdriver.policy.identity import alias_for
 from virtdriver.policy.sharing import refuse_attach, refuse_swap, users_of
 from virtdriver.render import build_disk

@@ -1,7 +1,7 @@
 """Host-side resources of a volume: how to release them, kept beside the locks.
 
 Whether a volume is still used on this host is always answered from libvirt's live state
-(:mod:`virtdriver.hypervisor.usage`). What is kept on disk is only *how* to release what an attach
+(:mod:`virtdriver.hypervisor.volume_users`). What is kept on disk is only *how* to release what an attach
 set up on the host — os-brick's connection (properties without secrets, device info), libvirt
 secrets created for QEMU (CHAP), the share mounted for file volumes — in
 ``<state_dir>/connections/<volume id>.json``. A record that no guest's disk matches any more is a

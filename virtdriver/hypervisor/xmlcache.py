@@ -38,7 +38,7 @@ from pathlib import Path
 import libvirt
 
 from virtdriver.hostfiles import read_bytes
-from virtdriver.hypervisor.usage import DomainXml, ListedDomain
+from virtdriver.hypervisor.domains import DomainXml, ListedDomain
 
 SYSTEM_URI = "qemu:///system"
 CONFIG_DIR = Path("/etc/libvirt/qemu")

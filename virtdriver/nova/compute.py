@@ -40,8 +40,8 @@ from oslo_concurrency import lockutils
 from oslo_utils import importutils
 
 from virtdriver.config import Disk
+from virtdriver.hypervisor.domains import DiskUse, DomainState, host_state
 from virtdriver.hypervisor.resize import resize_disk
-from virtdriver.hypervisor.usage import DiskUse, DomainState, host_state
 from virtdriver.nova.adapters import NOVA_DRIVER_CLASSES, VirtdriverRendering
 from virtdriver.nova.convert import RenderedDisk
 

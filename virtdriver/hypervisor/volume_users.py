@@ -1,0 +1,144 @@
+"""Who uses a volume or its data on this host, decided from libvirt's live state (no database).
+
+A volume attached by virtdriver carries the user alias ``ua-<volume id>``; a disk is also
+matched by its source (the same device, file or network volume under another name is the same
+data). The domains are read by :mod:`~virtdriver.hypervisor.domains`; here a cheap look at each
+domain's XML text (:class:`Wanted`) leaves out those that cannot hold the volume or its data, and
+the sharing rules (:func:`virtdriver.policy.sharing.users_of`) decide among the disks of the rest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from virtdriver.hypervisor.dataid import DataIdentity, path_identity
+from virtdriver.hypervisor.metadata import NS
+from virtdriver.policy.identity import ALIAS_PREFIX, encode_volume_id
+from virtdriver.policy.sharing import Use, users_of
+
+if TYPE_CHECKING:  # domains.py builds on this module: only its types are needed here
+    from virtdriver.hypervisor.domains import DomainState, DomainXml
+
+# Text that libvirt (and libxml2, for <metadata>) writes as it is in XML: never escaped as an
+# entity or a character reference, so finding it as a substring is finding it.
+VERBATIM_TEXT = re.compile(r"[A-Za-z0-9._:/@+,=~-]+")
+_SOURCE = re.compile(r"<source\b([^>]*)>")
+_PATH = re.compile(r"""\b(?:file|dev)\s*=\s*(?:'([^']*)'|"([^"]*)")""")
+_ENTITY = re.compile(r"&(#x[0-9a-fA-F]+|#[0-9]+|amp|lt|gt|apos|quot);")
+_NAMED = {"amp": "&", "lt": "<", "gt": ">", "apos": "'", "quot": '"'}
+
+
+def _unescape(text: str) -> str:
+    if "&" not in text:
+        return text
+
+    def one(match: re.Match[str]) -> str:
+        ref = match.group(1)
+        if ref[0] != "#":
+            return _NAMED[ref]
+        return chr(int(ref[2:], 16) if ref[1] in "xX" else int(ref[1:]))
+
+    return _ENTITY.sub(one, text)
+
+
+@functools.lru_cache(maxsize=2048)  # the same texts come back while libvirt changes nothing
+def source_paths(xml: str) -> tuple[str, ...]:
+    """The ``file``/``dev`` paths of every ``<source>`` element in a domain's XML text."""
+    return tuple(_unescape(quoted[0] or quoted[1])
+                 for attrs in _SOURCE.findall(xml) for quoted in _PATH.findall(attrs))
+
+
+class Wanted:
+    """A volume id and its data's identity, and a cheap, conservative look at a domain's XML
+    text that says whether any disk in it can be that volume or that data.
+
+    It answers ``False`` only when no disk can be: a disk *is* the volume when its alias
+    encodes the id (``ua-<encoded id>``, written verbatim) or a swap note in virtdriver's
+    ``<metadata>`` names it (``volume="<id>"``, if the id is verbatim text; else any note of
+    virtdriver's counts); a disk
+    *holds the data* when the identity of a ``<source file|dev>`` path (device number, inode,
+    resolved path: :mod:`~virtdriver.hypervisor.dataid`, the very function the parsed disk
+    uses) is the data's, or, for a network volume, when its name appears (any network source,
+    if the name is not verbatim text). Every domain the driver must know about passes; most
+    others are never parsed. Path identities are remembered in ``paths`` (one read of the
+    host).
+    """
+
+    def __init__(self, volume: str | None, data: DataIdentity | None,
+                 paths: dict[str, DataIdentity] | None = None) -> None:
+        self.volume = volume
+        self.data = data
+        self._paths: dict[str, DataIdentity] = {} if paths is None else paths
+        self._needles: list[str] = []
+        self._notes: tuple[str, ...] | None = None  # a swap note naming the volume
+        if volume is not None:
+            self._needles.append(ALIAS_PREFIX + encode_volume_id(volume))
+            self._notes = ((f'volume="{volume}"', f"volume='{volume}'")
+                           if VERBATIM_TEXT.fullmatch(volume) else ())
+        self._by_path = data is not None and data[0] in ("dev", "inode", "path")
+        if data is not None and data[0] == "net":
+            name = data[2] if len(data) > 2 else ""
+            self._needles.append(name if name and VERBATIM_TEXT.fullmatch(name) else "protocol=")
+        elif data is not None and not self._by_path and data[0] != "key":
+            self._needles.append("<source")  # an identity of a kind not known here: parse
+
+    def may_be_in(self, xml: str) -> bool:
+        if any(needle in xml for needle in self._needles):
+            return True
+        if self._notes is not None and NS in xml and (
+                not self._notes or any(note in xml for note in self._notes)):
+            return True
+        if not self._by_path:
+            return False
+        for path in source_paths(xml):
+            found = self._paths.get(path)
+            if found is None:
+                found = self._paths[path] = path_identity(path)
+            if found == self.data:
+                return True
+        return False
+
+    def uses(self, uses: Iterable[Use]) -> list[Use]:
+        """Of ``uses``, those that are the volume or hold its data."""
+        if self.volume is None:
+            return [u for u in uses if self.data is not None and u.data == self.data]
+        return users_of(self.volume, self.data, uses)
+
+
+@dataclasses.dataclass(frozen=True)
+class HostView:
+    """Every domain of the host as read once (its XML, live and defined), each parsed only when
+    it is asked about and could matter."""
+
+    domains: list[DomainXml]
+    # Users libvirt does not list (yet): guests expected here by live migration.
+    arriving: list[Use] = dataclasses.field(default_factory=list)
+    # Path identities found while looking, and the answers given: one read of the host is asked
+    # about the same volume and data more than once (before the connect, then per guest).
+    _paths: dict[str, DataIdentity] = dataclasses.field(default_factory=dict, repr=False,
+                                                        compare=False)
+    _answers: dict[tuple[str | None, DataIdentity | None], list[Use]] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False)
+
+    def states(self) -> list[DomainState]:
+        """Every domain, parsed."""
+        return [d.parsed for d in self.domains]
+
+    def present(self) -> list[tuple[str, str]]:
+        """(name, UUID) of every domain."""
+        return [(d.listed.name, d.listed.uuid) for d in self.domains]
+
+    def uses(self, volume: str | None, data: DataIdentity | None) -> list[Use]:
+        """Every disk on the host that is ``volume`` or holds ``data``, live or defined. Only
+        the domains whose XML text can hold one (:class:`Wanted`) are parsed."""
+        answer = self._answers.get((volume, data))
+        if answer is None:
+            wanted = Wanted(volume, data, self._paths)
+            answer = self._answers[(volume, data)] = wanted.uses(
+                [u for d in self.domains if d.may_use(wanted) for u in d.parsed.uses()]
+                + self.arriving)
+        return list(answer)
