@@ -153,21 +153,11 @@ def test_an_arriving_guest_uses_the_volume_on_the_destination_until_aborted(
 
 def test_the_cli_migrates_like_the_api(guests, dest_guests, drivers, loop_device,
                                        tmp_path) -> None:
-    import json
-    import subprocess
-    import sys
-
     source, destination = drivers
     a, b, info, vid = shared_volume(guests, source, loop_device.device)
     dest_guests.adopt(a.name())
-    volume = tmp_path / "volume.json"
-    volume.write_text(json.dumps(info))
 
-    done = subprocess.run(
-        [sys.executable, "-m", "virtdriver", "--state-dir", str(source.state_dir), "migrate",
-         a.name(), "--to", destination.uri, "--volume", str(volume), "--dest-state-dir",
-         str(destination.state_dir), "--migration-uri", migration_uri()],
-        capture_output=True, text=True, timeout=120, check=False)
+    done = run_cli(*migrate_argv(source, destination, a.name(), volume_file(tmp_path, info)))
 
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
     assert done.stdout.splitlines() == [
@@ -366,11 +356,8 @@ def without_multiattach(info: dict[str, Any]) -> None:
 def test_a_disk_that_would_arrive_otherwise_is_refused_before_anything_moves(
         field: str, change: Any, guests, drivers, loop_device) -> None:
     source, destination = drivers
-    a, b = guests.start("a"), guests.start("b")
-    info = qos_volume(loop_device.device)
-    vid = info["data"]["volume_id"]
-    source.attach_volume(info, a.name())
-    source.attach_volume(info, b.name(), attach_mode="ro")
+    a, b, info, vid = shared_volume(guests, source, loop_device.device,
+                                    info=qos_volume(loop_device.device))
     xml_before = a.XMLDesc(0)
     there = json.loads(json.dumps(info))
     change(there)
@@ -444,11 +431,7 @@ def test_a_detach_waiting_on_libvirt_while_the_guest_leaves_is_not_a_detach(
     from virtdriver.errors import GuestLeft, InstanceNotFound
 
     source, destination = drivers
-    a, b = guests.start("a", persistent=False), guests.start("b")
-    info = local_volume(loop_device.device, multiattach=True)
-    vid = info["data"]["volume_id"]
-    source.attach_volume(info, a.name())
-    source.attach_volume(info, b.name(), attach_mode="ro")
+    a, b, info, vid = shared_volume(guests, source, loop_device.device, persistent=False)
     dest_guests.adopt(a.name(), persistent=False)
     destination.prepare_incoming(info, a.UUIDString(), "rw")
     xml = destination.incoming_xml(a.XMLDesc(libvirt.VIR_DOMAIN_XML_MIGRATABLE), [info])
@@ -481,6 +464,27 @@ def test_a_detach_waiting_on_libvirt_while_the_guest_leaves_is_not_a_detach(
 
 # ---- (4) the manual steps: an arrival note never outlives the guest's stay ----------------------
 
+def moved_by_hand(guests: Any, dest_guests: Any, source: Any, destination: Any, device: str,
+                  tmp_path: Path) -> tuple[Any, dict[str, Any], str]:
+    """Guest A (transient) with a volume that is not multiattach, moved to the destination by
+    :func:`manual_migration`."""
+    a = guests.start("a", persistent=False)
+    info = local_volume(device, multiattach=False)
+    source.attach_volume(info, a.name())
+    dest_guests.adopt(a.name(), persistent=False)
+    manual_migration(source, destination, a, info, tmp_path)
+    return a, info, info["data"]["volume_id"]
+
+
+def assert_free_for_another(dest_guests: Any, destination: Any, info: dict[str, Any]) -> None:
+    """Another guest on the destination attaches the volume (not multiattach: nobody else may
+    hold it) and detaches it; nothing stays connected."""
+    other = dest_guests.start("o")
+    destination.attach_volume(info, other.name())
+    destination.detach_volume(other.name(), info["data"]["volume_id"])
+    assert destination.host.connected() == []
+
+
 def manual_migration(source: Any, destination: Any, a: Any, info: dict[str, Any],
                      tmp_path: Path) -> None:
     """The documented steps around the caller's own migrate3 (the guest stays transient there)."""
@@ -500,12 +504,8 @@ def manual_migration(source: Any, destination: Any, a: Any, info: dict[str, Any]
 def test_the_manual_steps_end_with_migrate_complete_and_the_volume_is_free_after(
         guests, dest_guests, drivers, loop_device, tmp_path) -> None:
     source, destination = drivers
-    a = guests.start("a", persistent=False)
-    info = local_volume(loop_device.device, multiattach=False)
-    vid = info["data"]["volume_id"]
-    source.attach_volume(info, a.name())
-    dest_guests.adopt(a.name(), persistent=False)
-    manual_migration(source, destination, a, info, tmp_path)
+    a, info, vid = moved_by_hand(guests, dest_guests, source, destination, loop_device.device,
+                                 tmp_path)
     assert source.host.connected() == []
     assert len(arriving_notes(destination)) == 1
 
@@ -518,10 +518,7 @@ def test_the_manual_steps_end_with_migrate_complete_and_the_volume_is_free_after
     # released on request, and the volume (not multiattach) is free for another guest.
     destination.connection.get().lookupByName(a.name()).destroy()
     assert destination.release_volume(vid) is True
-    other = dest_guests.start("o")
-    destination.attach_volume(info, other.name())
-    destination.detach_volume(other.name(), vid)
-    assert destination.host.connected() == []
+    assert_free_for_another(dest_guests, destination, info)
 
 
 def test_a_guest_that_arrived_and_left_again_is_not_expected_any_more(
@@ -548,21 +545,14 @@ def test_an_arrival_note_seen_arrived_never_counts_again(guests, dest_guests, dr
     """Without the completing step: any virtdriver operation on the destination while the guest
     is there sees it arrived; once it is destroyed, its volume is not held for it."""
     source, destination = drivers
-    a = guests.start("a", persistent=False)
-    info = local_volume(loop_device.device, multiattach=False)
-    vid = info["data"]["volume_id"]
-    source.attach_volume(info, a.name())
-    dest_guests.adopt(a.name(), persistent=False)
-    manual_migration(source, destination, a, info, tmp_path)
+    a, info, vid = moved_by_hand(guests, dest_guests, source, destination, loop_device.device,
+                                 tmp_path)
     assert len(arriving_notes(destination)) == 1
 
     assert destination.release_volume("some-other-volume") is False  # an operation there
     assert arriving_notes(destination) == []
     destination.connection.get().lookupByName(a.name()).destroy()
-    other = dest_guests.start("o")
-    destination.attach_volume(info, other.name())  # not multiattach: nobody else holds it
-    destination.detach_volume(other.name(), vid)
-    assert destination.host.connected() == []
+    assert_free_for_another(dest_guests, destination, info)
 
 
 def test_an_unseen_arrival_is_undone_by_the_command_release_names(
@@ -570,12 +560,8 @@ def test_an_unseen_arrival_is_undone_by_the_command_release_names(
     """Nothing on the destination saw the guest before it went: the note still holds the
     volume, and release says exactly how to let it go."""
     source, destination = drivers
-    a = guests.start("a", persistent=False)
-    info = local_volume(loop_device.device, multiattach=False)
-    vid = info["data"]["volume_id"]
-    source.attach_volume(info, a.name())
-    dest_guests.adopt(a.name(), persistent=False)
-    manual_migration(source, destination, a, info, tmp_path)
+    a, info, vid = moved_by_hand(guests, dest_guests, source, destination, loop_device.device,
+                                 tmp_path)
     destination.connection.get().lookupByName(a.name()).destroy()
 
     done = run_cli("-c", destination.uri, "--state-dir", str(destination.state_dir),
@@ -616,15 +602,18 @@ def test_a_lost_destination_is_named_with_the_exact_command_that_undoes_its_prep
     assert a.isActive() and a.XMLDesc(0) == xml_before and source.host.connected() == [vid]
     assert destination.host.connected() == [vid]  # what the message says is left there
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
-    done = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True,
-                          timeout=120, check=False, env=env)
+
+    def run_it() -> subprocess.CompletedProcess[str]:  # as an operator would, through a shell
+        return subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True,
+                              timeout=120, check=False, env=env)
+
+    done = run_it()
     if done.returncode != 0:  # the restarted daemon still holds the incoming guest it found
         assert "paused by an incoming migration that has not ended" in done.stderr, done.stderr
         assert destination.host.connected() == [vid]
         wait_until(lambda: not runs_on(destination.connection.get(), a.name()),
                    "the restarted destination to end the incoming guest")
-        done = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True,
-                              timeout=120, check=False, env=env)
+        done = run_it()
     assert done.returncode == 0, done.stderr
     assert destination.host.connected() == [] and arriving_notes(destination) == []
     assert not runs_on(destination.connection.get(), a.name())

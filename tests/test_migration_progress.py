@@ -1,57 +1,24 @@
 """The progress hook of live migration (#28): libvirt's job statistics reach the caller while
 the guest moves, and whatever the callback raises aborts the migration, both hosts left as they
-were. Source: the host's libvirtd; destination: a private libvirtd (as in test_migration.py)."""
+were. Source: the host's libvirtd; destination: a private libvirtd (tests/support/migration.py)."""
 
 from __future__ import annotations
 
-import socket
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
-
 import pytest
 
-from tests.support.fixtures import made_guests, opened
-from tests.support.volumes import local_volume
-from virtdriver import LibvirtVolumeDriver
+from tests.support.migration import (  # noqa: F401 - fixtures, found by name
+    dest_conn,
+    dest_guests,
+    destination_daemon,
+    drivers,
+    migration_uri,
+    shared_volume,
+)
 from virtdriver.errors import MigrationFailed
-from testhosts.guests import Guests, read_pattern, write_pattern
+from testhosts.guests import read_pattern, write_pattern
 from virtdriver.hypervisor import jobwatch
 
 pytestmark = pytest.mark.hypervisor
-
-
-@pytest.fixture(scope="module")
-def destination_daemon() -> Iterator[Any]:
-    from testhosts.guests import private_libvirtd as pl
-
-    reason = pl.available()
-    if reason is not None:
-        pytest.skip(f"no second libvirtd: {reason}")
-    with pl.PrivateLibvirtd(host_uuid=str(uuid.uuid4())) as daemon:
-        yield daemon
-
-
-@pytest.fixture
-def dest_guests(destination_daemon) -> Iterator[Guests]:
-    for conn in opened(destination_daemon.uri):
-        yield from made_guests(conn)
-
-
-@pytest.fixture
-def drivers(destination_daemon, tmp_path: Path) -> Iterator[tuple[Any, Any]]:
-    source = LibvirtVolumeDriver("qemu:///system", state_dir=tmp_path / "source")
-    destination = LibvirtVolumeDriver(destination_daemon.uri, state_dir=tmp_path / "destination")
-    yield source, destination
-    source.close()
-    destination.close()
-
-
-def migration_uri() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{probe.getsockname()[1]}"
 
 
 class Stop(Exception):
@@ -62,11 +29,7 @@ def test_progress_reaches_the_caller_and_an_interrupt_aborts(guests, dest_guests
                                                              loop_device, monkeypatch) -> None:
     source, destination = drivers
     monkeypatch.setattr(jobwatch, "INTERVAL", 0.01)
-    a, b = guests.start("a"), guests.start("b")
-    info = local_volume(loop_device.device, multiattach=True)
-    vid = info["data"]["volume_id"]
-    source.attach_volume(info, a.name())
-    source.attach_volume(info, b.name(), attach_mode="ro")
+    a, b, info, vid = shared_volume(guests, source, loop_device.device)
     a.migrateSetMaxSpeed(1, 0)  # 1 MiB/s: still moving at the first report
     seen: list[tuple[int, int]] = []
 

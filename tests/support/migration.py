@@ -71,11 +71,12 @@ def migration_uri() -> str:
         return f"tcp://127.0.0.1:{probe.getsockname()[1]}"
 
 
-def shared_volume(guests: Guests, source: Any, device: str, *,
-                  persistent: bool = True) -> tuple[Any, Any, dict, str]:
-    """Guests A and B on the source, one multiattach volume read-write to A, read-only to B."""
+def shared_volume(guests: Guests, source: Any, device: str, *, persistent: bool = True,
+                  info: dict[str, Any] | None = None) -> tuple[Any, Any, dict, str]:
+    """Guests A and B on the source, one multiattach volume read-write to A, read-only to B
+    (``info``: its connection_info, by default a local volume on ``device``)."""
     a, b = guests.start("a", persistent=persistent), guests.start("b")
-    info = local_volume(device, multiattach=True)
+    info = local_volume(device, multiattach=True) if info is None else info
     source.attach_volume(info, a.name())
     source.attach_volume(info, b.name(), attach_mode="ro")
     return a, b, info, info["data"]["volume_id"]
