@@ -148,13 +148,21 @@ def test_os_brick_iscsi_connect_and_disconnect(tgt_lun, iscsi_connector) -> None
     assert not os.path.exists(path)
 
 
-def share_lun(volume_driver, a, b) -> tuple[dict, str, str]:  # type: ignore[no-untyped-def]
-    """The test LUN as one multiattach volume through the driver, rw in ``a`` and ro in ``b``:
-    its connection_info, volume id and disk alias."""
-    vid = str(uuid.uuid4())
-    info = {"driver_volume_type": "iscsi", "serial": vid, "multiattach": True,
-            "data": {"volume_id": vid, "target_iqn": IQN,
-                     "target_portal": f"127.0.0.1:{PORT}", "target_lun": 1}}
+def lun_info(vid: str | None = None, **data: object) -> dict:
+    """The test LUN as a multiattach iSCSI volume's connection_info (a new volume id unless
+    ``vid``); ``data`` adds to its ``data`` or replaces a part (CHAP, other targets)."""
+    vid = vid or str(uuid.uuid4())
+    return {"driver_volume_type": "iscsi", "serial": vid, "multiattach": True,
+            "data": {"volume_id": vid, "target_iqn": IQN, "target_portal": f"127.0.0.1:{PORT}",
+                     "target_lun": 1, **data}}
+
+
+def share_lun(volume_driver, a, b, info: dict | None = None  # type: ignore[no-untyped-def]
+              ) -> tuple[dict, str, str]:
+    """The test LUN (or the volume of ``info``) as one multiattach volume through the driver,
+    rw in ``a`` and ro in ``b``: its connection_info, volume id and disk alias."""
+    info = lun_info() if info is None else info
+    vid = info["data"]["volume_id"]
     volume_driver.attach_volume(info, a.name(), attach_mode="rw")
     volume_driver.attach_volume(info, b.name(), attach_mode="ro")
     return info, vid, f"ua-{vid}"

@@ -23,8 +23,9 @@ import pytest
 from tests.lsm.test_kernel_iscsi import (  # noqa: F401 - fixtures
     BLOCK,
     IQN,
-    PORT,
+    lun_info,
     sessions,
+    share_lun,
     tgt_lun,
     tgtadm,
     wait_until,
@@ -70,10 +71,8 @@ def chap_account(password: str) -> None:
 
 
 def iscsi_info(vid: str, password: str) -> dict:
-    return {"driver_volume_type": "iscsi", "serial": vid, "multiattach": True,
-            "data": {"volume_id": vid, "target_iqn": IQN, "target_portal": f"127.0.0.1:{PORT}",
-                     "target_lun": 1, "auth_method": "CHAP", "auth_username": USER,
-                     "auth_password": password}}
+    """The test LUN with CHAP as ``USER``."""
+    return lun_info(vid, auth_method="CHAP", auth_username=USER, auth_password=password)
 
 
 def logged_text(caplog: pytest.LogCaptureFixture, raw: RawCapture, state_dir: Path) -> str:
@@ -113,11 +112,8 @@ def test_kernel_iscsi_chap(tgt_lun, guests, volume_driver, caplog, raw_brick_log
     assert volume_driver.host.connected() == []
     assert wrong not in str(refused.value)
 
-    info = iscsi_info(vid, password)
-    volume_driver.attach_volume(info, a.name(), attach_mode="rw")
-    volume_driver.attach_volume(info, b.name(), attach_mode="ro")
+    info, vid, alias = share_lun(volume_driver, a, b, iscsi_info(vid, password))
     assert IQN in sessions()
-    alias = f"ua-{vid}"
     pattern = secrets.randbelow(200) + 20
     offset = secrets.randbelow(1000) * BLOCK
     write_pattern(a, alias, pattern, offset=offset)
@@ -164,10 +160,6 @@ def acl_target(tgt_lun) -> Iterator[tuple[Path, str, str]]:
     yield tgt_lun, host_iqn, password
 
 
-def native_info(vid: str, password: str) -> dict:
-    return iscsi_info(vid, password)
-
-
 def test_native_iscsi_logs_in_as_the_host(acl_target, guests, tmp_path, caplog,
                                           raw_brick_log) -> None:
     """Through the API: the default (host's) name and an operator-named one (the same name,
@@ -186,7 +178,7 @@ def test_native_iscsi_logs_in_as_the_host(acl_target, guests, tmp_path, caplog,
                                      native_iscsi=True, initiator_iqn=iqn, detach_timeout=20)
         try:
             vid = str(uuid.uuid4())
-            driver.attach_volume(native_info(vid, password), a.name(), attach_mode="rw")
+            driver.attach_volume(iscsi_info(vid, password), a.name(), attach_mode="rw")
             xml = a.XMLDesc(0)
             assert f"<iqn name='{host_iqn}'/>" in xml or f'<iqn name="{host_iqn}"/>' in xml, xml
             assert block_info(a, alias_of(vid)).raw["inserted"]["image"]["virtual-size"] \
@@ -208,7 +200,7 @@ def test_native_iscsi_logs_in_as_the_host(acl_target, guests, tmp_path, caplog,
     try:
         vid = str(uuid.uuid4())
         with pytest.raises(AttachFailed) as refused:
-            driver.attach_volume(native_info(vid, password), a.name(), attach_mode="rw")
+            driver.attach_volume(iscsi_info(vid, password), a.name(), attach_mode="rw")
         message = str(refused.value)
         assert WRONG_IQN in message and "the target must admit that name" in message, message
         assert password not in message
@@ -241,7 +233,7 @@ def test_native_iscsi_cli_logs_in_as_the_host(acl_target, guests, tmp_path) -> N
     for extra in ((), ("--initiator-iqn", host_iqn)):
         vid = str(uuid.uuid4())
         done = cli("attach", a.name(), "--native-iscsi", *extra,
-                   info=native_info(vid, password))
+                   info=iscsi_info(vid, password))
         assert done.returncode == 0, done.stdout + done.stderr
         assert f"ua-{vid}" in a.XMLDesc(0)
         assert host_iqn in a.XMLDesc(0)
@@ -251,7 +243,7 @@ def test_native_iscsi_cli_logs_in_as_the_host(acl_target, guests, tmp_path) -> N
         assert f"ua-{vid}" not in a.XMLDesc(0)
     vid = str(uuid.uuid4())
     done = cli("attach", a.name(), "--native-iscsi", "--initiator-iqn", WRONG_IQN,
-               info=native_info(vid, password))
+               info=iscsi_info(vid, password))
     assert done.returncode != 0
     assert WRONG_IQN in done.stderr and "the target must admit that name" in done.stderr, \
         done.stderr

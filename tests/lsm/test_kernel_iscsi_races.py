@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import secrets
 import subprocess
-import uuid
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,7 @@ import pytest
 from tests.lsm.test_kernel_iscsi import (  # noqa: F401 - fixture
     BLOCK,
     IQN,
-    PORT,
+    lun_info,
     sessions,
     tgt_lun,
     wait_until,
@@ -60,10 +59,8 @@ def test_two_processes_race_on_one_session(tgt_lun, guests, tmp_path: Path) -> N
 
     a, b = guests.start("a"), guests.start("b")
     w1, w2 = Worker(tmp_path / "state"), Worker(tmp_path / "state")
-    vid = str(uuid.uuid4())
-    info = {"driver_volume_type": "iscsi", "serial": vid, "multiattach": True,
-            "data": {"volume_id": vid, "target_iqn": IQN,
-                     "target_portal": f"127.0.0.1:{PORT}", "target_lun": 1}}
+    info = lun_info()
+    vid = info["data"]["volume_id"]
     alias = f"ua-{vid}"
     att_a = {"op": "attach", "info": info, "guest": a.name(), "mode": "rw"}
     att_b = {"op": "attach", "info": info, "guest": b.name(), "mode": "ro"}

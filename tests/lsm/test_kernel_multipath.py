@@ -15,14 +15,13 @@ import os
 import secrets
 import socket
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.lsm.conftest import run
-from tests.lsm.test_kernel_iscsi import BLOCK, wait_until
+from tests.lsm.test_kernel_iscsi import BLOCK, lun_info, share_lun, wait_until
 
 pytestmark = pytest.mark.kernel_initiator
 
@@ -54,6 +53,13 @@ def maps() -> str:
 def path_states() -> str:
     """multipathd's path table (columns dm_st active|failed, chk_st ready|faulty, ...)."""
     return run("multipathd", "show", "paths", check=False)
+
+
+def both_paths_info() -> dict:
+    """The LUN as one multiattach volume reached through both portals."""
+    portals = [f"{p}:{PORT}" for p in PORTALS]
+    return lun_info(target_iqn=IQN, target_portal=portals[0], target_iqns=[IQN, IQN],
+                    target_portals=portals, target_luns=[1, 1])
 
 
 def reachable(address: str) -> bool:
@@ -129,15 +135,7 @@ def test_multipath_shared_volume_survives_a_path_loss(two_portal_lun, multipathd
                                  use_multipath=True)
     try:
         a, b = guests.start("a"), guests.start("b")
-        vid = str(uuid.uuid4())
-        portals = [f"{p}:{PORT}" for p in PORTALS]
-        info = {"driver_volume_type": "iscsi", "serial": vid, "multiattach": True,
-                "data": {"volume_id": vid, "target_iqn": IQN, "target_portal": portals[0],
-                         "target_lun": 1, "target_iqns": [IQN, IQN], "target_portals": portals,
-                         "target_luns": [1, 1]}}
-        alias = f"ua-{vid}"
-        driver.attach_volume(info, a.name(), attach_mode="rw")
-        driver.attach_volume(info, b.name(), attach_mode="ro")
+        info, vid, alias = share_lun(driver, a, b, both_paths_info())
         assert len(sessions()) == 2, sessions()
         source = block_info(a, alias).file
         assert block_info(b, alias).file == source
@@ -201,15 +199,7 @@ def test_multipath_online_extend(two_portal_lun, multipathd, guests, tmp_path) -
                                  use_multipath=True)
     try:
         a, b = guests.start("a"), guests.start("b")
-        vid = str(uuid.uuid4())
-        portals = [f"{p}:{PORT}" for p in PORTALS]
-        info = {"driver_volume_type": "iscsi", "serial": vid, "multiattach": True,
-                "data": {"volume_id": vid, "target_iqn": IQN, "target_portal": portals[0],
-                         "target_lun": 1, "target_iqns": [IQN, IQN], "target_portals": portals,
-                         "target_luns": [1, 1]}}
-        alias = f"ua-{vid}"
-        driver.attach_volume(info, a.name(), attach_mode="rw")
-        driver.attach_volume(info, b.name(), attach_mode="ro")
+        info, vid, alias = share_lun(driver, a, b, both_paths_info())
         dm = Path(os.path.realpath(block_info(a, alias).file)).name
         assert dm.startswith("dm-"), dm
         assert block_info(a, alias).raw["inserted"]["image"]["virtual-size"] == 64 << 20

@@ -18,7 +18,7 @@ import pytest
 from lxml import etree
 
 from tests.lsm.conftest import qemu_pid, split_context
-from tests.lsm.test_kernel_iscsi import BLOCK, IQN, PORT, sessions, tgt_lun  # noqa: F401
+from tests.lsm.test_kernel_iscsi import BLOCK, IQN, sessions, share_lun, tgt_lun  # noqa: F401
 from tests.lsm.selinux_support import (
     READONLY,
     data_file,
@@ -134,17 +134,11 @@ def test_native_iscsi_is_not_labelled(tgt_lun, guests, tmp_path, audit_window) -
     """QEMU's own iSCSI initiator, rw in A and ro in B: no per-disk label, no kernel session,
     A's data reaches B and the target's file, whose label nothing touched; no denial."""
     before = file_label(str(tgt_lun))
-    vid = str(uuid.uuid4())
-    info = {"driver_volume_type": "iscsi", "serial": vid, "multiattach": True,
-            "data": {"volume_id": vid, "target_iqn": IQN, "target_portal": f"127.0.0.1:{PORT}",
-                     "target_lun": 1}}
-    alias = f"ua-{vid}"
     driver = LibvirtVolumeDriver("qemu:///system", state_dir=tmp_path / "state",
                                  native_iscsi=True, detach_timeout=60)
     try:
         a, b = guests.start("iscsi-a"), guests.start("iscsi-b")
-        driver.attach_volume(info, a.name(), attach_mode="rw")
-        driver.attach_volume(info, b.name(), attach_mode="ro")
+        _, vid, alias = share_lun(driver, a, b)
         assert IQN not in sessions()  # QEMU's own logins, not the kernel's
         assert not block_info(a, alias).ro and block_info(b, alias).ro
         for dom in (a, b):
