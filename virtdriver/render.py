@@ -239,12 +239,24 @@ def iotune_from_qos(qos: object) -> IoTune | None:
         if key not in QOS_KEYS:
             LOG.warning("ignoring unknown QoS key %r", key)
             continue
-        value = whole_number(raw)
-        if (isinstance(value, bool) or not isinstance(value, int)
+        value = raw if raw.__class__ is int else whole_number(raw)
+        if ((value.__class__ is not int and (isinstance(value, bool) or not isinstance(value, int)))
                 or not 0 <= value <= UNSIGNED_LONG_MAX):
             raise InvalidConnectionInfo(f"{where}.{key}", f"{show(raw)} is not a non-negative integer "
                                         f"(at most {UNSIGNED_LONG_MAX})")
         if value:
             values[key] = value
-    check_throttle(values, where)
-    return IoTune(**values) if values else None
+    if not values:
+        return None  # nothing limited: nothing to refuse
+    # The same few limits come back on every render: a set of limits once found acceptable is
+    # not checked again (only int values reach here, so equal keys mean equal limits).
+    known = tuple(values.items())
+    if known not in _THROTTLES_OK:
+        check_throttle(values, where)
+        if len(_THROTTLES_OK) < _THROTTLES_MAX:
+            _THROTTLES_OK.add(known)
+    return IoTune(**values)
+
+
+_THROTTLES_OK: set[tuple[tuple[str, int], ...]] = set()
+_THROTTLES_MAX = 1024

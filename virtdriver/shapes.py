@@ -35,7 +35,7 @@ def normalize(document: object, attach_mode: str | None = None) -> tuple[dict[st
     :class:`~virtdriver.errors.InvalidAttachMode`. Otherwise the explicit mode, else ``rw``.
     The input is never changed; nested values are shared with it (callers copy).
     """
-    if not isinstance(document, Mapping):
+    if type(document) is not dict and not isinstance(document, Mapping):  # dict: no ABC check
         raise InvalidConnectionInfo("connection_info", "is not a JSON object")
     record_mode, where = None, "connection_info"
     if "attachment" in document:
@@ -63,7 +63,7 @@ def normalize(document: object, attach_mode: str | None = None) -> tuple[dict[st
 
 def _legacy(document: Mapping[str, Any], where: str) -> dict[str, Any]:
     data = document.get("data")
-    if isinstance(data, Mapping):
+    if type(data) is dict or isinstance(data, Mapping):
         return dict(document)
     if ("data" in document or "driver_volume_type" not in document
             or not set(document) - {"driver_volume_type", "serial", "multiattach"}):

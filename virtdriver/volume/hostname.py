@@ -71,9 +71,26 @@ def host_name(value: Any, where: str) -> str:
     return value[1:-1] if value.startswith("[") else value  # type: ignore[no-any-return]
 
 
+# Texts already split and found valid: the same few portals and shares come back on every render
+# (a portal's check was 13% of one). Only answers are kept, never refusals, so every invalid text
+# is checked (and its message made) again; bounded, so unique texts cannot grow it without limit.
+_SPLIT: dict[str, tuple[str, str | None]] = {}
+_SPLIT_MAX = 4096
+
+
 def split_host_port(text: str, where: str) -> tuple[str, str | None]:
     """``host:port``, ``[v6]:port``, a bare host or a bare IPv6 address into host and port text
     (the host checked, the port not)."""
+    known = _SPLIT.get(text) if text.__class__ is str else None
+    if known is not None:
+        return known
+    answer = _split_host_port(text, where)
+    if text.__class__ is str and len(_SPLIT) < _SPLIT_MAX:
+        _SPLIT[text] = answer
+    return answer
+
+
+def _split_host_port(text: str, where: str) -> tuple[str, str | None]:
     if text.startswith("["):
         host, sep, rest = text[1:].partition("]")
         if not sep or (rest and not rest.startswith(":")):
