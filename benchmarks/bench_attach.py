@@ -26,38 +26,27 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import libvirt
 
 # testhosts/ is not installed: it comes from the checkout this script is in
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from virtdriver import LibvirtVolumeDriver, build_disk
-from testhosts.guests import DeviceEvents, Guests, detach_and_wait, open_connection, sparse_file
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import LibvirtCalls, file_volume, grow_host, round_trips, timed, warm_up  # noqa: E402
+
+from virtdriver import LibvirtVolumeDriver, build_disk  # noqa: E402
+from testhosts.guests import DeviceEvents, Guests, detach_and_wait, open_connection  # noqa: E402
+from testhosts.guests import sparse_file  # noqa: E402
 
 FLAGS = libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_AFFECT_CONFIG
 
 
-def timed(settle: float, call: Callable[..., object], *args: object) -> float:
-    """Seconds ``call`` takes, started after ``settle`` seconds of quiet."""
-    time.sleep(settle)
-    start = time.perf_counter()
-    call(*args)
-    return time.perf_counter() - start
-
-
-def volume(image: Path) -> dict:
-    vid = str(uuid.uuid4())
-    return {"driver_volume_type": "gpfs", "serial": vid, "multiattach": True,
-            "data": {"volume_id": vid, "device_path": str(image)}}
-
-
 def measure(conn: libvirt.virConnect, events: DeviceEvents, driver: LibvirtVolumeDriver,
             dom: libvirt.virDomain, image: Path, rounds: int, settle: float) -> dict[str, float]:
-    """Median milliseconds of each side, ``rounds`` alternating rounds on ``dom``."""
+    """Median milliseconds of each side, ``rounds`` alternating rounds on ``dom`` (and the
+    driver's own CPU per attach and detach, ``*_cpu``)."""
 
     def read_then_attach(xml: str) -> None:
         """The round trips of a read of the host, then the raw attach: no Python work."""
@@ -79,20 +68,26 @@ def measure(conn: libvirt.virConnect, events: DeviceEvents, driver: LibvirtVolum
         detach_and_wait(events, dom, xml, alias, timeout=60, flags=FLAGS)
 
     times: dict[str, list[float]] = {k: [] for k in ("raw_attach", "raw_detach", "attach",
-                                                     "detach", "read_attach")}
+                                                     "detach", "read_attach", "attach_cpu",
+                                                     "detach_cpu")}
+
+    def take(name: str, call: Callable[..., object], *args: object) -> None:
+        wall, cpu = timed(call, *args, settle=settle)
+        times[name].append(wall)
+        if name + "_cpu" in times:
+            times[name + "_cpu"].append(cpu)
 
     def raw(info: dict, xml: str, alias: str) -> None:
-        times["raw_attach"].append(timed(settle, dom.attachDeviceFlags, xml, FLAGS))
-        times["raw_detach"].append(timed(settle, raw_detach, xml, alias))
+        take("raw_attach", dom.attachDeviceFlags, xml, FLAGS)
+        take("raw_detach", raw_detach, xml, alias)
 
     def ours(info: dict, xml: str, alias: str) -> None:
-        times["attach"].append(timed(settle, driver.attach_volume, info, dom.name()))
-        times["detach"].append(timed(settle, driver.detach_volume, dom.name(),
-                                     info["data"]["volume_id"]))
+        take("attach", driver.attach_volume, info, dom.name())
+        take("detach", driver.detach_volume, dom.name(), info["data"]["volume_id"])
         events.clear()  # the driver waited for its own DEVICE_REMOVED
 
     def floor(info: dict, xml: str, alias: str) -> None:
-        times["read_attach"].append(timed(settle, read_then_attach, xml))
+        take("read_attach", read_then_attach, xml)
         time.sleep(settle)
         raw_detach(xml, alias)
 
@@ -101,40 +96,11 @@ def measure(conn: libvirt.virConnect, events: DeviceEvents, driver: LibvirtVolum
         # Each side takes each place in the round equally often (what libvirtd still does
         # after the previous detach must not favour one side).
         for side in sides[n % 3:] + sides[:n % 3]:
-            info = volume(image)
+            info = file_volume(image)
             # The disk the driver renders for this guest: its second disk, sdb on unit 1.
             xml = build_disk(info, target_dev="sdb", bus="scsi", scsi_unit=1).to_xml()
             side(info, xml, f"ua-{info['data']['volume_id']}")
     return {k: statistics.median(v) * 1000 for k, v in times.items()}
-
-
-LOCAL_CALLS = {"UUIDString", "UUID", "name", "ID", "connect", "isAlive"}  # no round trip
-
-
-def round_trips(call: Callable[[], object]) -> int:
-    """Calls to libvirtd ``call`` makes (virDomain and virConnect methods the client library
-    cannot answer itself), counted for one untimed run."""
-    made = [0]
-    saved = {}
-    for cls in (libvirt.virDomain, libvirt.virConnect):
-        for name in dir(cls):
-            method = getattr(cls, name)
-            if name.startswith("_") or name in LOCAL_CALLS or not callable(method):
-                continue
-
-            def counted(*args: object, _m: Callable[..., object] = method,
-                        **kwargs: object) -> object:
-                made[0] += 1
-                return _m(*args, **kwargs)
-
-            saved[(cls, name)] = method
-            setattr(cls, name, counted)
-    try:
-        call()
-    finally:
-        for (cls, name), method in saved.items():
-            setattr(cls, name, method)
-    return made[0]
 
 
 def main() -> None:
@@ -155,24 +121,17 @@ def main() -> None:
         driver = LibvirtVolumeDriver("qemu:///system", state_dir=Path(tmp) / "state")
         image = sparse_file(Path(tmp) / "bench.raw")
         doms: list[libvirt.virDomain] = []
-
-        def start(i: int) -> libvirt.virDomain:
-            dom = guests.start(f"bench{i}")
-            driver.attach_volume(volume(sparse_file(Path(tmp) / f"own{i}.raw")), dom.name())
-            return dom
-
         for count in sorted(set(args.guests)):
-            with ThreadPoolExecutor(4) as pool:
-                doms += list(pool.map(start, range(len(doms), count)))
-            warm = volume(image)  # untimed: os-brick's one-time import and setup
-            driver.attach_volume(warm, doms[0].name())
-            driver.detach_volume(doms[0].name(), warm["data"]["volume_id"])
+            grow_host(guests, driver, doms, count, Path(tmp), "bench")
+            warm_up(driver, doms[0], image)
             events.clear()
             med = measure(conn, events, driver, doms[0], image, args.rounds, args.settle)
-            counted = volume(image)
-            trips = {"attach": round_trips(lambda: driver.attach_volume(counted, doms[0].name())),
-                     "detach": round_trips(lambda: driver.detach_volume(
-                         doms[0].name(), counted["data"]["volume_id"]))}
+            counted = file_volume(image)
+            with LibvirtCalls().installed() as calls:  # one untimed run
+                trips = {"attach": round_trips(calls.count(
+                             lambda: driver.attach_volume(counted, doms[0].name()))),
+                         "detach": round_trips(calls.count(lambda: driver.detach_volume(
+                             doms[0].name(), counted["data"]["volume_id"])))}
             events.clear()
             row = {"guests": count, "domains": len(conn.listAllDomains()),
                    **{f"{k}_ms": round(v, 2) for k, v in med.items()},
@@ -193,6 +152,8 @@ def main() -> None:
                       f"{row['read_attach_ms']:>17.1f}{row['read_attach_ratio']:>8.2f}")
                 print(f"  calls to libvirtd: attach {trips['attach']}, detach {trips['detach']} "
                       "(raw: 1 each)")
+                print(f"  virtdriver's own CPU (median): attach {row['attach_cpu_ms']:.2f} ms, "
+                      f"detach {row['detach_cpu_ms']:.2f} ms")
         driver.close()
     if args.json:
         print(json.dumps(rows if len(rows) > 1 else rows[0]))

@@ -1,9 +1,18 @@
-"""The one timing loop every throughput benchmark uses (also under nova's own venv)."""
+"""What every benchmark times with: one throughput loop (also under nova's own venv, which has
+no libvirt: libvirt is imported only by what counts its calls), one timed call, one counter of
+libvirt calls, and the host the attach benchmarks measure on (guests with volumes of their own).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
 
 
 def best_rate(fn: Callable[[], object], seconds: float, windows: int) -> float:
@@ -22,3 +31,110 @@ def best_rate(fn: Callable[[], object], seconds: float, windows: int) -> float:
                 break
         best = max(best, n / (now - start))
     return best
+
+
+def timed(call: Callable[..., object], *args: object, settle: float = 0.0) -> tuple[float, float]:
+    """``(wall seconds, CPU seconds of the calling thread)`` of ``call(*args)``, started after
+    ``settle`` seconds of quiet. The CPU time is the caller's own work (waits excluded): on a
+    shared machine it is what shows a saving when the wall clock is noise."""
+    if settle:
+        time.sleep(settle)
+    cpu = time.thread_time()
+    start = time.perf_counter()
+    call(*args)
+    return time.perf_counter() - start, time.thread_time() - cpu
+
+
+# Methods the libvirt client library answers from what it holds: no round trip to libvirtd.
+LOCAL_CALLS = frozenset({"virDomain.UUIDString", "virDomain.UUID", "virDomain.name",
+                         "virDomain.ID", "virDomain.connect", "virConnect.isAlive"})
+
+
+class LibvirtCalls:
+    """Every public method of ``virDomain`` and ``virConnect`` counted and timed, while
+    installed (``with calls.installed():``) and :attr:`into` is a dict (``None``: not counting).
+
+    ``into`` maps ``Class.method`` to the durations of its calls; point it at another dict to
+    count another operation.
+    """
+
+    def __init__(self) -> None:
+        self.into: dict[str, list[float]] | None = None
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[LibvirtCalls]:
+        import libvirt
+
+        saved = {}
+        for cls in (libvirt.virDomain, libvirt.virConnect):
+            for name in dir(cls):
+                method = getattr(cls, name)
+                if name.startswith("_") or not callable(method):
+                    continue
+                saved[(cls, name)] = method
+                setattr(cls, name, self._counted(method, f"{cls.__name__}.{name}"))
+        try:
+            yield self
+        finally:
+            for (cls, name), method in saved.items():
+                setattr(cls, name, method)
+
+    def _counted(self, method: Callable[..., Any], name: str) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                if self.into is not None:
+                    self.into.setdefault(name, []).append(time.perf_counter() - start)
+
+        return counted
+
+    def count(self, call: Callable[[], object]) -> dict[str, list[float]]:
+        """The calls ``call()`` makes (installed already)."""
+        self.into = {}
+        try:
+            call()
+            return self.into
+        finally:
+            self.into = None
+
+
+def round_trips(calls: dict[str, list[float]]) -> int:
+    """How many of ``calls`` went to libvirtd."""
+    return sum(len(v) for name, v in calls.items() if name not in LOCAL_CALLS)
+
+
+def file_volume(image: Path) -> dict:
+    """A multiattach volume on a raw file (the GPFS connector: os-brick's connect is a no-op
+    for it, so its own cost is not measured), under a new id."""
+    vid = str(uuid.uuid4())
+    return {"driver_volume_type": "gpfs", "serial": vid, "multiattach": True,
+            "data": {"volume_id": vid, "device_path": str(image)}}
+
+
+def grow_host(guests: Any, driver: Any, doms: list, count: int, tmp: Path,
+              prefix: str) -> None:
+    """Start guests until ``doms`` holds ``count``, each with a volume of its own attached
+    through ``driver`` (a disk in each guest, a host-connection record each: a compute host)."""
+    from testhosts.guests import sparse_file
+
+    def start(i: int) -> Any:
+        dom = guests.start(f"{prefix}{i}")
+        driver.attach_volume(file_volume(sparse_file(tmp / f"own{i}.raw")), dom.name())
+        return dom
+
+    with ThreadPoolExecutor(4) as pool:
+        doms += list(pool.map(start, range(len(doms), count)))
+
+
+def warm_up(driver: Any, dom: Any, image: Path) -> None:
+    """One untimed attach and detach (os-brick's one-time import and setup)."""
+    warm = file_volume(image)
+    driver.attach_volume(warm, dom.name())
+    driver.detach_volume(dom.name(), warm["data"]["volume_id"])
+
+
+__all__ = ["LOCAL_CALLS", "LibvirtCalls", "best_rate", "file_volume", "grow_host",
+           "round_trips", "timed", "warm_up"]

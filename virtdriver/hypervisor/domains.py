@@ -142,10 +142,13 @@ class DomainXml:
             state = self.parsed
             return DomainDisks(state.name, state.uuid, [u.disk for u in state.disks],
                                state.controllers, other_drive_units=state.other_drive_units)
-        current = DomainDisks.from_xml(self.current, placement_only=True)
+        current = _placement_of(self.current)
+        disks = list(current.disks)
         if self.config is not None:
-            current.disks += DomainDisks.from_xml(self.config, placement_only=True).disks
-        return current
+            disks += _placement_of(self.config).disks
+        return dataclasses.replace(current, disks=disks,
+                                   controllers=list(current.controllers),
+                                   other_drive_units=set(current.other_drive_units))
 
     def may_use(self, wanted: Wanted) -> bool:
         """False only when neither the live XML nor the definition can hold a disk that is the
@@ -183,6 +186,15 @@ class DomainState:
         persistent = bool(dom.isPersistent()) if persistent is None else persistent
         listed = ListedDomain(dom, dom.name(), dom.UUIDString(), active, persistent)
         return listed.read().state(mentioning)
+
+
+@functools.lru_cache(maxsize=256)
+def _placement_of(xml: str) -> DomainDisks:
+    """Where the disks of one XML text sit, read once per text: a guest's XML comes back to a
+    text read before (a detach leaves it as it was before the attach; libvirt changed nothing),
+    and this parse is the largest part of an attach's own work. Callers get copies of the lists
+    (:attr:`DomainXml.placement`); the placement-only disks are read, never changed."""
+    return DomainDisks.from_xml(xml, placement_only=True)
 
 
 def _read_xml(xml: str, wanted: Wanted | str | None) -> DomainDisks:
