@@ -96,11 +96,11 @@ def attach(host: Host, connection_info: Mapping[str, Any], instances: Sequence[s
                 check_hotplug_bus(placement.bus, "bus")
             refuse_attach(request.vid, data, request.multiattach, target.uuid, target.name, uses)
         used_before = users_of(request.vid, data, uses)
-        host.check_record(request.vid)
+        record = host.check_record(request.vid)
         attaching = False  # the connect's own typed errors (HostConnectFailed, ...) pass unchanged
         per_guest: list[Attachment | Exception] = []  # each guest's outcome, once one failed
         try:
-            host.connect(request)
+            host.connect(request, record)
             attaching = True
             results = _attach_all(host, request, targets, placements, view, max_parallel,
                                   per_guest)

@@ -74,7 +74,7 @@ def detach(host: Host, instance: str, volume_id: str, timeout: float,
             try:
                 view = None
                 if others and others[0] is not None:
-                    view = host.view(others[0].domains + _fresh(state))
+                    view = host.view(others[0].domains + _fresh(host, state))
                 users = host.release_unless_used(volume_id, data, props, view=view)
             except DamagedRecord as exc:  # the disk is gone: the detach itself succeeded
                 LOG.error("volume %s was detached from %s, but its host connection was not "
@@ -118,10 +118,17 @@ def not_attached_message(volume_id: str, state: DomainState) -> str:
     return f"{text} (attached: {', '.join(attached)})" if attached else f"{text} (it has no volumes)"
 
 
-def _fresh(state: DomainState) -> list[DomainXml]:
-    """The guest's XML read again, once its disks are gone (none if the guest went too)."""
+def _fresh(host: Host, state: DomainState) -> list[DomainXml]:
+    """The guest's XML read again, once its disks are gone (none if the guest went too).
+
+    Read through the connection's XML cache, which reads libvirt's saved copies first and keeps
+    the XML against them: the next operation on this guest (an attach after a detach) does not
+    ask libvirtd for it again unless libvirt saved something new of it since."""
     listed = ListedDomain(state.dom, state.name, state.uuid, state.active, state.persistent)
+    cache = host.connection.xml
     try:
+        if cache is not None:
+            return cache.read([listed])  # a guest gone meanwhile is left out
         return [listed.read()]  # stopped meanwhile: both reads give its definition
     except libvirt.libvirtError as exc:
         if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:

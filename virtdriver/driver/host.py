@@ -28,7 +28,7 @@ from virtdriver.driver.options import HostOptions
 
 if TYPE_CHECKING:  # the render path is imported by the operations that render
     from virtdriver.driver.request import VolumeRequest
-    from virtdriver.hypervisor.hostconn import HostConnections
+    from virtdriver.hypervisor.hostconn import HostConnections, HostRecord
 
 LOG = logging.getLogger("virtdriver.driver")
 
@@ -201,13 +201,15 @@ class Host:
 
     # ---- the host side of a volume --------------------------------------------------------------
 
-    def connect(self, request: VolumeRequest) -> None:
+    def connect(self, request: VolumeRequest, record: HostRecord | None = None) -> None:
         """Set up what the host needs for the volume: os-brick's connection (filling in
-        ``device_path``) and the libvirt secrets the protocol declares."""
+        ``device_path``) and the libvirt secrets the protocol declares. ``record``: the
+        volume's record as :meth:`check_record` read it under the same volume lock (else it is
+        read again)."""
         options = request.options
         if request.protocol is not None:
             device_info = self.records.connect(request.vid, request.protocol,
-                                               self._brick_properties(request),
+                                               self._brick_properties(request), record=record,
                                                **self._connector_options(request))
             if device_info.get("path"):
                 request.data["device_path"] = device_info["path"]
@@ -241,10 +243,13 @@ class Host:
             properties["enforce_multipath"] = True  # os-brick: fail without multipathd
         return properties
 
-    def check_record(self, vid: str) -> None:
+    def check_record(self, vid: str) -> HostRecord:
         """Stop with :class:`~virtdriver.errors.StateError` before anything changes when the
-        volume's record is damaged (it could not say how to undo what the call would set up)."""
-        self.records.load(vid)
+        volume's record is damaged (it could not say how to undo what the call would set up);
+        the record, a new one when there is none (for :meth:`connect`, under the same lock)."""
+        from virtdriver.hypervisor.hostconn import HostRecord
+
+        return self.records.load(vid) or HostRecord()
 
     def release(self, vid: str, properties: dict[str, Any] | None = None) -> bool:
         """Release the volume's host side (the caller checked that nobody uses it)."""

@@ -113,17 +113,19 @@ class HostConnections:
             raise StateError(f"cannot write the host-connection record {path}: "
                              f"{exc.strerror or exc} (check the state directory)") from None
 
-    def connect(self, volume_id: str, protocol: str, properties: dict[str, Any],
-                **connector_options: Any) -> dict[str, Any]:
+    def connect(self, volume_id: str, protocol: str, properties: dict[str, Any], *,
+                record: HostRecord | None = None, **connector_options: Any) -> dict[str, Any]:
         """os-brick connect (idempotent for an already connected volume), recorded.
 
         A share is mounted below the connector's mount point base: that base is made a shared
-        mount first, so the mount reaches the guests' QEMU (see :mod:`.mounts`).
+        mount first, so the mount reaches the guests' QEMU (see :mod:`.mounts`). ``record``: the
+        volume's record as the caller read it under the volume's lock (else it is read here).
         """
         for key, value in connector_options.items():
             if key.endswith("_mount_point_base") and value:
                 mounts.ensure_shared(str(value), self.state_dir / "locks")
-        record = self.load(volume_id) or HostRecord()  # a damaged record stops us before connecting
+        if record is None:  # a damaged record stops us before connecting
+            record = self.load(volume_id) or HostRecord()
         device_info = brick.connect(protocol, properties, self.state_dir, **connector_options)
         record.protocol = protocol
         record.properties = without_secrets(properties)
