@@ -24,7 +24,6 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,11 +33,10 @@ import libvirt
 # testhosts/ is not installed: it comes from the checkout this script is in
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import LibvirtCalls, file_volume, grow_host, round_trips, timed, warm_up  # noqa: E402
+from timing import LibvirtCalls, attach_host, file_volume, round_trips, timed  # noqa: E402
 
 from virtdriver import LibvirtVolumeDriver, build_disk  # noqa: E402
-from testhosts.guests import DeviceEvents, Guests, detach_and_wait, open_connection  # noqa: E402
-from testhosts.guests import sparse_file  # noqa: E402
+from testhosts.guests import DeviceEvents, detach_and_wait  # noqa: E402
 
 FLAGS = libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_AFFECT_CONFIG
 
@@ -114,24 +112,20 @@ def main() -> None:
                              "starts while libvirtd still finishes the previous removal")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    conn = open_connection("qemu:///system")
-    events = DeviceEvents(conn)
     rows = []
-    with tempfile.TemporaryDirectory() as tmp, Guests(conn, memory_mib=64) as guests:
-        driver = LibvirtVolumeDriver("qemu:///system", state_dir=Path(tmp) / "state")
-        image = sparse_file(Path(tmp) / "bench.raw")
-        doms: list[libvirt.virDomain] = []
+    with attach_host("bench") as host:
+        conn, driver, image = host.conn, host.driver, host.image
+        events = DeviceEvents(conn)
         for count in sorted(set(args.guests)):
-            grow_host(guests, driver, doms, count, Path(tmp), "bench")
-            warm_up(driver, doms[0], image)
+            dom = host.grow(count)
             events.clear()
-            med = measure(conn, events, driver, doms[0], image, args.rounds, args.settle)
+            med = measure(conn, events, driver, dom, image, args.rounds, args.settle)
             counted = file_volume(image)
             with LibvirtCalls().installed() as calls:  # one untimed run
                 trips = {"attach": round_trips(calls.count(
-                             lambda: driver.attach_volume(counted, doms[0].name()))),
+                             lambda: driver.attach_volume(counted, dom.name()))),
                          "detach": round_trips(calls.count(lambda: driver.detach_volume(
-                             doms[0].name(), counted["data"]["volume_id"])))}
+                             dom.name(), counted["data"]["volume_id"])))}
             events.clear()
             row = {"guests": count, "domains": len(conn.listAllDomains()),
                    **{f"{k}_ms": round(v, 2) for k, v in med.items()},
@@ -154,7 +148,6 @@ def main() -> None:
                       "(raw: 1 each)")
                 print(f"  virtdriver's own CPU (median): attach {row['attach_cpu_ms']:.2f} ms, "
                       f"detach {row['detach_cpu_ms']:.2f} ms")
-        driver.close()
     if args.json:
         print(json.dumps(rows if len(rows) > 1 else rows[0]))
 

@@ -19,20 +19,14 @@ import json
 import pstats
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
-
-import libvirt
 
 # testhosts/ is not installed: it comes from the checkout this script is in
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import LOCAL_CALLS, LibvirtCalls, file_volume, grow_host, round_trips  # noqa: E402
-from timing import timed, warm_up  # noqa: E402
-
-from virtdriver import LibvirtVolumeDriver  # noqa: E402
-from testhosts.guests import Guests, open_connection, sparse_file  # noqa: E402
+from timing import LOCAL_CALLS, LibvirtCalls, attach_host, file_volume, round_trips  # noqa: E402
+from timing import timed  # noqa: E402
 
 
 def main() -> None:
@@ -42,24 +36,19 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    conn = open_connection("qemu:///system")
     rows = []
-    with tempfile.TemporaryDirectory() as tmp, Guests(conn, memory_mib=64) as guests, \
-            LibvirtCalls().installed() as counter:
-        driver = LibvirtVolumeDriver("qemu:///system", state_dir=Path(tmp) / "state")
-        image = sparse_file(Path(tmp) / "profile.raw")
-        doms: list[libvirt.virDomain] = []
+    with attach_host("prof") as host, LibvirtCalls().installed() as counter:
+        conn, driver, image = host.conn, host.driver, host.image
         for count in sorted(set(args.guests)):
-            grow_host(guests, driver, doms, count, Path(tmp), "prof")
-            warm_up(driver, doms[0], image)
+            dom = host.grow(count)
             per_op: dict[str, dict[str, list[float]]] = {"attach": {}, "detach": {}}
             cpu: dict[str, list[float]] = {"attach": [], "detach": []}
             profile = cProfile.Profile()
             for _ in range(args.rounds):
                 info = file_volume(image)
-                for op, call in (("attach", lambda: driver.attach_volume(info, doms[0].name())),
+                for op, call in (("attach", lambda: driver.attach_volume(info, dom.name())),
                                  ("detach", lambda: driver.detach_volume(
-                                     doms[0].name(), info["data"]["volume_id"]))):
+                                     dom.name(), info["data"]["volume_id"]))):
                     counter.into = per_op[op]
                     if args.profile and op == "attach":
                         profile.enable()
@@ -91,7 +80,6 @@ def main() -> None:
                     pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(
                         "virtdriver", 25)
                     print(out.getvalue())
-        driver.close()
     if args.json:
         print(json.dumps(rows))
 

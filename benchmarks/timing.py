@@ -114,27 +114,54 @@ def file_volume(image: Path) -> dict:
             "data": {"volume_id": vid, "device_path": str(image)}}
 
 
-def grow_host(guests: Any, driver: Any, doms: list, count: int, tmp: Path,
-              prefix: str) -> None:
-    """Start guests until ``doms`` holds ``count``, each with a volume of its own attached
-    through ``driver`` (a disk in each guest, a host-connection record each: a compute host)."""
-    from testhosts.guests import sparse_file
+class AttachHost:
+    """The host the attach benchmarks measure on: a driver, a shared raw image to attach, and
+    running guests (:meth:`grow`), each with a volume of its own (a disk in each guest, a
+    host-connection record each, as on a compute host)."""
 
-    def start(i: int) -> Any:
-        dom = guests.start(f"{prefix}{i}")
-        driver.attach_volume(file_volume(sparse_file(tmp / f"own{i}.raw")), dom.name())
-        return dom
+    def __init__(self, conn: Any, guests: Any, driver: Any, tmp: Path, prefix: str) -> None:
+        from testhosts.guests import sparse_file
 
-    with ThreadPoolExecutor(4) as pool:
-        doms += list(pool.map(start, range(len(doms), count)))
+        self.conn, self.guests, self.driver, self.tmp, self.prefix = conn, guests, driver, tmp, prefix
+        self.image = sparse_file(tmp / "bench.raw")
+        self.doms: list[Any] = []
+
+    def grow(self, count: int) -> Any:
+        """Start guests until there are ``count``; one untimed attach and detach on the first
+        (os-brick's one-time import and setup), which is returned: the guest measured on."""
+        from testhosts.guests import sparse_file
+
+        def start(i: int) -> Any:
+            dom = self.guests.start(f"{self.prefix}{i}")
+            self.driver.attach_volume(file_volume(sparse_file(self.tmp / f"own{i}.raw")),
+                                      dom.name())
+            return dom
+
+        with ThreadPoolExecutor(4) as pool:
+            self.doms += list(pool.map(start, range(len(self.doms), count)))
+        first = self.doms[0]
+        warm = file_volume(self.image)
+        self.driver.attach_volume(warm, first.name())
+        self.driver.detach_volume(first.name(), warm["data"]["volume_id"])
+        return first
 
 
-def warm_up(driver: Any, dom: Any, image: Path) -> None:
-    """One untimed attach and detach (os-brick's one-time import and setup)."""
-    warm = file_volume(image)
-    driver.attach_volume(warm, dom.name())
-    driver.detach_volume(dom.name(), warm["data"]["volume_id"])
+@contextlib.contextmanager
+def attach_host(prefix: str) -> Iterator[AttachHost]:
+    """An :class:`AttachHost` on ``qemu:///system``; its guests and files are removed after."""
+    import tempfile
+
+    from testhosts.guests import Guests, open_connection
+    from virtdriver import LibvirtVolumeDriver
+
+    conn = open_connection("qemu:///system")
+    with tempfile.TemporaryDirectory() as tmp, Guests(conn, memory_mib=64) as guests:
+        driver = LibvirtVolumeDriver("qemu:///system", state_dir=Path(tmp) / "state")
+        try:
+            yield AttachHost(conn, guests, driver, Path(tmp), prefix)
+        finally:
+            driver.close()
 
 
-__all__ = ["LOCAL_CALLS", "LibvirtCalls", "best_rate", "file_volume", "grow_host",
-           "round_trips", "timed", "warm_up"]
+__all__ = ["LOCAL_CALLS", "AttachHost", "LibvirtCalls", "attach_host", "best_rate",
+           "file_volume", "round_trips", "timed"]
