@@ -241,8 +241,20 @@ def auth_username(data: Mapping[str, Any]) -> str:
 
 def split_portal(portal: str, where: str) -> tuple[str, int | None]:
     """``192.0.2.5:3260`` or ``[2001:db8::5]:3260`` into host and port."""
+    known = _PORTALS.get(portal) if portal.__class__ is str else None
+    if known is not None:
+        return known
     host, port = split_host_port(portal, where)
-    return host, port_number(port, where)
+    answer = host, port_number(port, where)
+    if portal.__class__ is str and len(_PORTALS) < _PORTALS_MAX:
+        _PORTALS[portal] = answer
+    return answer
+
+
+# Portals already split and found valid (answers only, as hostname.split_host_port keeps them):
+# every render of an iSCSI volume checks its portal.
+_PORTALS: dict[str, tuple[str, int | None]] = {}
+_PORTALS_MAX = 4096
 
 
 def disk_format(data: Mapping[str, Any]) -> str:
