@@ -240,7 +240,8 @@ def _attach_guest(host: Host, request: VolumeRequest, target: Target, placement:
             except libvirt.libvirtError as exc:
                 raise AttachFailed(f"libvirt refused to attach volume {request.vid} to "
                                    f"{listed.name}", _why_refused(host, listed.dom, disk,
-                                                                  libvirt_message(exc))) from None
+                                                                  libvirt_message(exc),
+                                                                  request.info)) from None
             if saved is not None:
                 cache.confirm(listed, saved)  # type: ignore[union-attr]
             if listed.active and disk.readonly and disk.type in ("block", "file"):
@@ -253,8 +254,10 @@ def _attach_guest(host: Host, request: VolumeRequest, target: Target, placement:
     return attachment
 
 
-def _why_refused(host: Host, dom: libvirt.virDomain, disk: Disk, message: str) -> str:
+def _why_refused(host: Host, dom: libvirt.virDomain, disk: Disk, message: str,
+                 info: Mapping[str, Any]) -> str:
     """libvirt's message, and for a denied open with label_policy 'none', whose data it is;
+    for a denied open of a protocol whose SELinux boolean is off, that boolean;
     for QEMU's own iSCSI initiator, the name it logged in as (a target's ACL admits names);
     for ``device='lun'``, why a passed-through block device could not be used."""
     source = disk.source
@@ -267,6 +270,13 @@ def _why_refused(host: Host, dom: libvirt.virDomain, disk: Disk, message: str) -
     lun = _why_lun_refused(disk, path, message)
     if lun:
         return f"{message}: {lun}"
+    off = _booleans_off(info) if path and "Permission denied" in message else []
+    if off:
+        return (f"{message}: the SELinux boolean{'s' if len(off) > 1 else ''} {', '.join(off)} "
+                f"{'are' if len(off) > 1 else 'is'} off, so the guest's QEMU may not open this "
+                f"{info.get('driver_volume_type')} file (libvirt cannot relabel a file on the "
+                f"share); the host's operator decides: "
+                f"{'; '.join(f'setsebool -P {b} on' for b in off)} ('virtdriver doctor' checks it)")
     if host.options.label_policy != "none" or not path or "Permission denied" not in message:
         return message
     try:
@@ -274,6 +284,18 @@ def _why_refused(host: Host, dom: libvirt.virDomain, disk: Disk, message: str) -
     except libvirt.libvirtError:
         explained = None
     return f"{message}: {explained}" if explained else message
+
+
+def _booleans_off(info: Mapping[str, Any]) -> list[str]:
+    """The SELinux booleans the volume's protocol declares that are off on this host."""
+    from virtdriver.selinux import boolean
+    from virtdriver.volume.registry import get_driver
+
+    try:
+        declared = get_driver(str(info.get("driver_volume_type"))).selinux_booleans
+    except (VirtDriverError, ImportError):
+        return []
+    return [name for name in declared if boolean(name) is False]
 
 
 def _why_lun_refused(disk: Disk, path: str | None, message: str) -> str | None:
