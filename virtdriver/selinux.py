@@ -16,6 +16,7 @@ from pathlib import Path
 from virtdriver.hostfiles import setting
 
 SELINUX_ROOT = Path("/etc/selinux")
+BOOLEANS = Path("/sys/fs/selinux/booleans")
 DEFAULT_POLICY = "targeted"  # libselinux's own default when SELINUXTYPE is not set
 
 
@@ -63,3 +64,12 @@ def image_contexts(context_file: Path | None = None) -> dict[str, str]:
     except (OSError, UnicodeDecodeError):
         return {}
     return dict(zip(("shared", "readonly"), lines))
+
+
+def boolean(name: str, root: Path = BOOLEANS) -> bool | None:
+    """The current value of the SELinux boolean ``name`` (``getsebool``), or ``None`` when there
+    is none: SELinux is not enabled, or the policy in force has no such boolean."""
+    try:
+        return (root / name).read_text().split()[0] == "1"
+    except (OSError, IndexError):
+        return None

@@ -5,8 +5,9 @@
 #   testhosts/nested/build-image.sh            # prints the image directory on stdout
 #
 # The image lives in /var/tmp/virtdriver-nested/image-<KEY>/ (VIRTDRIVER_NESTED_CACHE overrides
-# the base), KEY being a hash of this script, packages.txt and the Debian suite: change any of
-# them and the next run builds a new image; otherwise the cached one is reused. Files:
+# the base), KEY being a hash of this script, cache.sh, packages.txt, virtdriver_nested.cil and
+# the Debian suite: change any of them and the next run builds a new image; otherwise the cached
+# one is reused. Files:
 #   rootfs.img   raw ext4, made with `mkfs.ext4 -d TREE` (no loop mount), SELinux-labelled
 #   vmlinuz, initrd.img   the tree's own kernel and initrd, booted with -kernel/-initrd
 #   build.log    what the build said; timings.txt   seconds per step
@@ -15,7 +16,6 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 suite=${VIRTDRIVER_NESTED_SUITE:-bookworm}
 mirror=${VIRTDRIVER_NESTED_MIRROR:-http://deb.debian.org/debian}
-cache=${VIRTDRIVER_NESTED_CACHE:-/var/tmp/virtdriver-nested}
 image_size=${VIRTDRIVER_NESTED_IMAGE_SIZE:-6G}
 
 log() { printf 'build-image: %s\n' "$*" >&2; }
@@ -23,21 +23,10 @@ log() { printf 'build-image: %s\n' "$*" >&2; }
 [ "$(id -u)" = 0 ] || { log "must run as root"; exit 1; }
 
 packages=$(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$here/packages.txt" | tr -d ' \t')
-key=$( { cat "${BASH_SOURCE[0]}" "$here/packages.txt" "$here/virtdriver_nested.cil"
-         echo "suite=$suite"; } \
-       | sha256sum | cut -c1-16)
-dest="$cache/image-$key"
-if [ -f "$dest/complete" ]; then
-    log "reusing $dest"
-    echo "$dest"
-    exit 0
-fi
-
-mkdir -p "$cache"
-# One build at a time on this machine (a second caller waits, then finds the image made).
-exec 9>"$cache/build.lock"
-flock 9
-if [ -f "$dest/complete" ]; then echo "$dest"; exit 0; fi
+# shellcheck source=testhosts/nested/cache.sh
+source "$here/cache.sh"
+nested_cache_enter image build.lock \
+    "${BASH_SOURCE[0]}" "$here/packages.txt" "$here/virtdriver_nested.cil" -- "suite=$suite"
 
 need=()
 command -v debootstrap >/dev/null || need+=(debootstrap)
@@ -162,7 +151,8 @@ in_tree systemctl enable virtdriver-nested.service >>"$buildlog" 2>&1
 # or that only costs time under TCG.
 for unit in libvirtd.service libvirtd.socket libvirtd-ro.socket libvirtd-admin.socket \
             libvirt-guests.service tgt.service open-iscsi.service iscsid.service \
-            multipathd.service multipathd.socket apt-daily.timer apt-daily-upgrade.timer \
+            multipathd.service multipathd.socket nfs-server.service rpcbind.service \
+            rpcbind.socket nfs-client.target apt-daily.timer apt-daily-upgrade.timer \
             e2scrub_all.timer e2scrub_reap.service fstrim.timer man-db.timer \
             dpkg-db-backup.timer systemd-timesyncd.service; do
     in_tree systemctl disable "$unit" >>"$buildlog" 2>&1 || true
@@ -196,12 +186,6 @@ mkfs.ext4 -q -F -L vdnested -d "$tree" "$work/rootfs.img" >>"$buildlog" 2>&1
 step_done mkfs
 rm -rf "$tree"
 
-touch "$work/complete"
-rm -rf "$dest"
-mv "$work" "$dest"
-# Older images (other keys) are of no further use: keep the disk to one image.
-for old in "$cache"/image-*; do
-    [ "$old" = "$dest" ] || rm -rf "$old"
-done
+nested_cache_publish "$work"
 log "image ready in $dest ($(du -sh "$dest/rootfs.img" | cut -f1) used): $(tr '\n' ' ' <"$dest/timings.txt")"
 echo "$dest"

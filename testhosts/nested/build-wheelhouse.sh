@@ -7,26 +7,17 @@
 # (setuptools, wheel) to install the project itself offline. Built with this host's Python 3.11,
 # which is Debian 12's, so the wheels fit the VM; libvirt-python is compiled here against this
 # host's libvirt 9.0 headers, the libvirt the VM has. Cached in
-# /var/tmp/virtdriver-nested/wheels-<KEY>, KEY a hash of pyproject.toml, this script and the
-# Python version.
+# /var/tmp/virtdriver-nested/wheels-<KEY>, KEY a hash of pyproject.toml, this script, cache.sh
+# and the Python version (cache.sh).
 set -euo pipefail
 repo=${1:?usage: build-wheelhouse.sh REPO_ROOT}
-cache=${VIRTDRIVER_NESTED_CACHE:-/var/tmp/virtdriver-nested}
 log() { printf 'build-wheelhouse: %s\n' "$*" >&2; }
 
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 pyver=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-key=$( { cat "$repo/pyproject.toml" "${BASH_SOURCE[0]}"; echo "python=$pyver"; } \
-       | sha256sum | cut -c1-16)
-dest="$cache/wheels-$key"
-if [ -f "$dest/complete" ]; then
-    log "reusing $dest"
-    echo "$dest"
-    exit 0
-fi
-mkdir -p "$cache"
-exec 9>"$cache/wheels.lock"
-flock 9
-if [ -f "$dest/complete" ]; then echo "$dest"; exit 0; fi
+# shellcheck source=testhosts/nested/cache.sh
+source "$here/cache.sh"
+nested_cache_enter wheels wheels.lock "$repo/pyproject.toml" "${BASH_SOURCE[0]}" -- "python=$pyver"
 
 # What compiling libvirt-python needs (setup-host.sh installs the libvirt ones already).
 need=()
@@ -56,11 +47,6 @@ fi
 rm -f "$work"/wheels/virtdriver-*.whl   # the project itself comes from the working tree
 n=$(ls "$work/wheels" | wc -l)
 echo "wheelhouse $((SECONDS - started))" >"$work/wheels/timings.txt"
-touch "$work/wheels/complete"
-rm -rf "$dest"
-mv "$work/wheels" "$dest"
-for old in "$cache"/wheels-*; do
-    [ "$old" = "$dest" ] || [ ! -f "$old/complete" ] || rm -rf "$old"
-done
+nested_cache_publish "$work/wheels"
 log "$n wheels in $dest ($((SECONDS - started)) s)"
 echo "$dest"

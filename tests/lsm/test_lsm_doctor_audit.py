@@ -55,6 +55,11 @@ def test_doctor_reports_the_selinux_host(system_conn, capsys, tmp_path) -> None:
     assert (shared, readonly) == (SHARED, "system_u:object_r:virt_content_t:s0")
     assert "enforcing" in text
     assert f"policy {policy}: shared {shared}, read-only {readonly} ({context_file})" in text
+    # The booleans the registered protocols declare, as getsebool has them (NFS: virt_use_nfs,
+    # off in Debian 12's policy unless an operator turned it on).
+    nfs = run("getsebool", "virt_use_nfs").split()[-1] == "on"
+    assert facts["selinux"]["booleans"] == {"virt_use_nfs": nfs}
+    assert f"virt_use_nfs {'on' if nfs else 'off'} (nfs)" in text
 
 
 @pytest.mark.lsm_apparmor

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from virtdriver.doctor.verdict import Check
 from virtdriver.errors import VirtDriverError
-from virtdriver.selinux import image_contexts, policy_name, virtual_image_context_path
+from virtdriver.selinux import boolean, image_contexts, policy_name, virtual_image_context_path
 
 if TYPE_CHECKING:
     from virtdriver.driver import LibvirtVolumeDriver
@@ -161,7 +161,40 @@ def selinux_checks(facts: dict[str, Any]) -> list[Check]:
         checks.append(Check("labels", "image contexts", "warn",
                             f"policy {policy}: {path} missing: label_policy 'explicit' needs "
                             "--shared-image-label"))
-    return checks
+    found = boolean_check(facts)
+    return checks + ([found] if found else [])
+
+
+def boolean_check(facts: dict[str, Any], read: Any = boolean) -> Check | None:
+    """The SELinux booleans the registered protocols declare (``selinux_booleans``): each one's
+    state, and what an operator does when one is off. virtdriver never sets a boolean: it is
+    host policy, and the operator's decision."""
+    from virtdriver.volume.registry import get_driver, known_types
+
+    needs: dict[str, list[str]] = {}
+    for volume_type in known_types():
+        try:
+            declared = get_driver(volume_type).selinux_booleans
+        except (VirtDriverError, ImportError):
+            continue  # protocol_checks reports a driver that does not load
+        for name in declared:
+            needs.setdefault(name, []).append(volume_type)
+    if not needs:
+        return None
+    states = {name: read(name) for name in sorted(needs)}
+    facts.setdefault("selinux", {})["booleans"] = states
+    said = {True: "on", False: "off", None: "not in this policy"}
+    listed = ", ".join(f"{name} {said[on]} ({', '.join(needs[name])})"
+                       for name, on in states.items())
+    off = [name for name, on in states.items() if on is False]
+    if not off:
+        return Check("labels", "selinux booleans", "ok", listed)
+    fix = "; ".join(f"setsebool -P {name} on" for name in off)
+    types = ", ".join(t for name in off for t in needs[name])
+    return Check("labels", "selinux booleans", "warn",
+                 f"{listed}: guests cannot open {types} volumes (their files keep the share's "
+                 f"own label, which libvirt cannot change, and the policy denies it to the "
+                 f"guests' QEMU); if this host attaches them: {fix}")
 
 
 def selinux_mode(enforce_file: Path = SELINUX_ENFORCE) -> str:

@@ -63,4 +63,61 @@ def explain_denied(path: str, domain_xml: str) -> str | None:
             f"(e.g. a udev rule), or attach with label_policy 'auto' so libvirt does")
 
 
-__all__ = ["explain_denied", "qemu_user"]
+def _allows(info: os.stat_result, uid: int, gid: int, need: int) -> bool:
+    """Do the mode bits of ``info`` grant ``need`` (an octal rwx mask, e.g. 0o1 for search) to
+    ``uid`` with primary group ``gid`` and its supplementary groups? (ACLs are not read.)"""
+    if uid == 0:
+        return True
+    if info.st_uid == uid:
+        shift = 6
+    else:
+        try:
+            groups = set(os.getgrouplist(pwd.getpwuid(uid).pw_name, gid))
+        except KeyError:
+            groups = {gid}
+        shift = 3 if info.st_gid in groups else 0
+    return (info.st_mode >> shift) & need == need
+
+
+def _described(path: str, info: os.stat_result) -> str:
+    return (f"{path} (owner {_user(info.st_uid)}:{_group(info.st_gid)}, mode "
+            f"{stat.filemode(info.st_mode)})")
+
+
+def closed_directory(path: str, uid: int, gid: int) -> str | None:
+    """The first directory above ``path`` that ``uid:gid`` may not pass (no search permission
+    by its mode), described; ``None`` when every one lets it through."""
+    parts = os.path.abspath(path).split("/")[1:-1]
+    current = ""
+    for part in parts:
+        current += "/" + part
+        try:
+            info = os.stat(current)
+        except OSError:
+            return None
+        if not _allows(info, uid, gid, 0o1):
+            return (f"QEMU runs as {_user(uid)} (uid {uid}), which may not pass "
+                    f"{_described(current, info)}: every directory above a volume must let "
+                    "QEMU's user through (libvirt changes the volume's owner, never its "
+                    "directories')")
+    return None
+
+
+def closed_file(path: str, uid: int, gid: int, *, write: bool) -> str | None:
+    """Why ``uid:gid`` may not open ``path`` by its mode (read, and write when ``write``), or
+    ``None``. For a file on a share whose server squashes root, libvirt cannot make the file
+    QEMU's (its ``chown`` is refused and it goes on): the storage must."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    # A device node is opened in QEMU's own /dev, whose node libvirt owns: the host's says little.
+    if not stat.S_ISREG(info.st_mode) or _allows(info, uid, gid, 0o6 if write else 0o4):
+        return None
+    return (f"QEMU runs as {_user(uid)} (uid {uid}), which may not "
+            f"{'read and write' if write else 'read'} {_described(path, info)}; where libvirt "
+            "may not change a file's owner (a share whose server squashes root) the storage "
+            "must make it accessible to QEMU's user")
+
+
+__all__ = ["closed_directory", "closed_file", "explain_denied", "qemu_user"]

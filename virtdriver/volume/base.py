@@ -132,6 +132,11 @@ class VolumeDriver:
     qemu_option: ClassVar[str] = ""
     #: Why an attached volume of this type cannot be grown online, or ``None`` when it can.
     extend_refused: ClassVar[str | None] = None
+    #: SELinux booleans the guests' QEMU (``svirt_t``) needs to open this protocol's files when
+    #: they keep their file system's own label, which libvirt cannot change (an NFS mount without
+    #: security labels: ``nfs_t``, ``virt_use_nfs``). ``doctor`` reports them; a refused attach
+    #: names the one that is off.
+    selinux_booleans: ClassVar[tuple[str, ...]] = ()
 
     def host_probe(self) -> tuple[bool, str] | None:
         """Can this host connect the volume itself (kernel, tools)? ``(ok, why)`` in a few words,
