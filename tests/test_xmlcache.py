@@ -169,3 +169,59 @@ def test_the_driver_sees_every_change_made_behind_its_back(guests, volume_driver
     volume_driver.detach_volume(b.name(), info["data"]["volume_id"])
     assert volume_driver.host.connected() == sorted([warm["data"]["volume_id"],
                                                      info["data"]["volume_id"]])
+
+
+@pytest.mark.hypervisor
+def test_one_list_call_once_trusted_gives_libvirts_own_flags(guests, volume_driver, system_conn,
+                                                            tmp_path) -> None:
+    """Once the cache is trusted, the host is listed with one call to libvirtd, and each
+    domain's flags are libvirt's own: running or not from the list's ids, defined or not from
+    the definition's file, through a define of a running transient guest and an undefine of a
+    running persistent one."""
+    from tests.support.volumes import file_volume
+    from virtdriver.hypervisor.domains import list_domains
+
+    connection = volume_driver.connection
+    if connection.xml is None:
+        pytest.skip("this libvirt's saved state is not where the host's QEMU driver keeps it")
+    persistent, transient = guests.start("p"), guests.start("t", persistent=False)
+    stopped = guests.start("s")
+    stopped.destroy()
+    image = tmp_path / "warm.raw"
+    image.write_bytes(b"\0" * 65536)
+    assert not connection.xml.lists_in_one_call  # not before its own change was seen
+    volume_driver.attach_volume(file_volume(str(image), multiattach=True), persistent.name())
+    assert connection.xml.lists_in_one_call
+
+    def flags() -> dict[str, tuple[bool, bool]]:
+        mine = {persistent.name(), transient.name(), stopped.name()}
+        return {d.name: (d.active, d.persistent) for d in connection.list_domains()
+                if d.name in mine}
+
+    def libvirts() -> dict[str, tuple[bool, bool]]:
+        mine = {persistent.name(), transient.name(), stopped.name()}
+        return {d.name: (d.active, d.persistent) for d in list_domains(system_conn)
+                if d.name in mine}
+
+    calls = []
+    real = libvirt.virConnect.listAllDomains
+
+    def counted(self, flags=0):  # noqa: ANN001 - libvirt's own signature
+        calls.append(flags)
+        return real(self, flags)
+
+    libvirt.virConnect.listAllDomains = counted
+    try:
+        assert flags() == {persistent.name(): (True, True), transient.name(): (True, False),
+                           stopped.name(): (False, True)}
+    finally:
+        libvirt.virConnect.listAllDomains = real
+    assert calls == [0]
+    # a running transient guest defined, a running persistent one undefined
+    system_conn.defineXML(transient.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+    guests.adopt(transient.name(), persistent=True)
+    persistent.undefine()
+    guests.adopt(persistent.name(), persistent=False)
+    assert flags() == libvirts() == {persistent.name(): (True, False),
+                                     transient.name(): (True, True),
+                                     stopped.name(): (False, True)}

@@ -32,9 +32,11 @@ class Attachment:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_use(cls, use: DiskUse) -> Attachment | None:
+    def from_use(cls, use: DiskUse, volume: str | None = None) -> Attachment | None:
+        """The attachment a disk is; ``volume``: the volume it serves, when the caller knows it
+        (else the disk's alias or swap note says)."""
         disk = use.disk
-        vid = use.volume
+        vid = volume if volume is not None else use.volume
         if vid is None or disk.target is None:
             return None
         return cls(device=f"/dev/{disk.target.dev}", id=vid, serverId=use.domain_uuid,

@@ -33,7 +33,7 @@ from virtdriver.config import Disk
 from virtdriver.hypervisor.access import closed_directory, closed_file, explain_denied, qemu_user
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.dataid import data_identity
-from virtdriver.hypervisor.domains import DiskUse, DomainXml, ListedDomain, list_domains
+from virtdriver.hypervisor.domains import DiskUse, DomainXml, ListedDomain
 from virtdriver.hypervisor.locks import guest_generation, guest_lock
 from virtdriver.hypervisor.mounts import check_guest_sees
 from virtdriver.hypervisor.targets import bus_for, pick_target
@@ -86,9 +86,9 @@ def attach(host: Host, connection_info: Mapping[str, Any], instances: Sequence[s
     request = VolumeRequest.parse(connection_info, host.options.render_options())
     refuse_fan_out(request.vid, request.multiattach, list(instances))
     host.check_label_policy()
-    with host.lock([request.vid], request.lock_data(), "attach"):
+    known = request.data_before_connect()  # what the data lock is taken for
+    with host.lock([request.vid], request.lock_data(known), "attach"):
         targets, view = _read_host(host, instances)
-        known = request.data_before_connect()
         data = known if known is not None and known[0] != "key" else None
         uses = view.uses(request.vid, data)
         for target, placement in zip(targets, placements):
@@ -124,7 +124,7 @@ def _read_host(host: Host, instances: Sequence[str]) -> tuple[list[Target], Host
     """Every guest once; each target's attach generation is read before its disks."""
     lock_dir = host.options.lock_dir
     try:
-        listed = list_domains(host.connection.get())
+        listed = host.connection.list_domains()
         found = [_find_listed(host, listed, instance) for instance in instances]
     except libvirt.libvirtError as exc:
         raise HypervisorError("cannot read the host's guests", libvirt_message(exc)) from None
@@ -249,7 +249,7 @@ def _attach_guest(host: Host, request: VolumeRequest, target: Target, placement:
         finally:
             guest.changed()
     attachment = Attachment.from_use(DiskUse(listed.name, listed.uuid, listed.active,
-                                             listed.active, disk))
+                                             listed.active, disk), volume=request.vid)
     assert attachment is not None  # the disk was rendered with its alias and target
     return attachment
 

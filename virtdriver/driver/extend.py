@@ -92,7 +92,7 @@ def extend(host: Host, connection_info: Mapping[str, Any], new_size: int | None 
     refusal = request.driver.extend_refusal(request.options)
     if refusal is not None:
         raise ExtendRefused(f"volume {request.vid} cannot be extended while attached: {refusal}")
-    with host.lock([request.vid], request.lock_data(), "extend"):
+    with host.lock([request.vid], request.lock_data(request.data_before_connect()), "extend"):
         users = _users(host, request.vid, instance)
         current = {id(u): _size(dom, u) for dom, u in users if u.live}
         if new_size is not None:

@@ -18,7 +18,7 @@ import libvirt
 from virtdriver.errors import DamagedRecord, HypervisorError, LockTimeout, VirtDriverError
 from virtdriver.hypervisor.connection import Connection, libvirt_message
 from virtdriver.hypervisor.dataid import DataIdentity, identity_token
-from virtdriver.hypervisor.domains import DomainState, DomainXml, ListedDomain, list_domains
+from virtdriver.hypervisor.domains import DomainState, DomainXml, ListedDomain
 from virtdriver.hypervisor.domains import read_domains
 from virtdriver.hypervisor.locks import locks
 from virtdriver.hypervisor.volume_users import VERBATIM_TEXT, HostView
@@ -120,7 +120,7 @@ class Host:
         try:
             every = read is None and skip is None
             if read is None:
-                read = [d for d in list_domains(self.connection.get()) if d.uuid != skip]
+                read = [d for d in self.connection.list_domains() if d.uuid != skip]
             listed = [d for d in read if isinstance(d, ListedDomain)]
             cache = self.connection.xml
             domains = (cache.read(listed, every=every) if cache is not None

@@ -55,7 +55,8 @@ def prepare_incoming(host: Host, connection_info: Mapping[str, Any], instance: s
         if probe is not None and not probe[0]:  # what doctor checks, before connecting anything
             raise HostConnectFailed(f"this host cannot open volume {request.vid} "
                                     f"({request.info.get('driver_volume_type')}): {probe[1]}")
-    with host.lock([request.vid], request.lock_data(), "prepare an incoming migration"):
+    known = request.data_before_connect()
+    with host.lock([request.vid], request.lock_data(known), "prepare an incoming migration"):
         states = host.states()
         here = [s for s in states if s.is_instance(instance)]
         if here:
@@ -63,7 +64,6 @@ def prepare_incoming(host: Host, connection_info: Mapping[str, Any], instance: s
         uses = [u for s in states for u in s.uses()]
         uses += host.arriving([(s.name, s.uuid) for s in states])
         uses = [u for u in uses if u.guest_uuid != instance]  # a repeated prepare replaces itself
-        known = request.data_before_connect()
         data = known if known is not None and known[0] != "key" else None
         refuse_attach(request.vid, data, request.multiattach, instance, instance, uses)
         used_before = users_of(request.vid, data, uses)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -71,7 +72,7 @@ class HostOptions:
         if self.enforce_multipath and not self.use_multipath:
             raise InvalidRenderOption("enforce_multipath needs use_multipath")
 
-    @property
+    @functools.cached_property
     def lock_dir(self) -> Path:
         return self.state_dir / "locks"
 

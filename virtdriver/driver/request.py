@@ -59,9 +59,10 @@ class VolumeRequest:
             return None
         return data_identity(Disk(source=source))
 
-    def lock_data(self) -> list[tuple[str, str]]:
-        """The data lock to take with the volume lock (none when the data is not known yet)."""
-        identity = self.data_before_connect()
+    def lock_data(self, identity: DataIdentity | None) -> list[tuple[str, str]]:
+        """The data lock to take with the volume lock for ``identity``, the data as
+        :meth:`data_before_connect` found it (none when the data is not known yet); the checks
+        under the lock use that same identity."""
         return [] if identity is None else [(identity_token(identity), f"volume {self.vid}")]
 
 

@@ -46,7 +46,10 @@ def swap(host: Host, instance: str, old_info: Mapping[str, Any], new_info: Mappi
     if not mine:
         raise NotAttached(not_attached_message(old.vid, state))
     old_data = mine[0].data
-    data = new.lock_data() + ([(identity_token(old_data), f"volume {old.vid}")] if old_data else [])
+    known = new.data_before_connect()
+    data = new.lock_data(known)
+    if old_data:
+        data.append((identity_token(old_data), f"volume {old.vid}"))
     with host.lock([old.vid, new.vid], data, "swap"):
         state = host.find(instance)  # again, under the locks
         mine = sorted((u for u in state.disks if u.volume == old.vid), key=lambda u: not u.live)
@@ -57,7 +60,6 @@ def swap(host: Host, instance: str, old_info: Mapping[str, Any], new_info: Mappi
         old_disk = mine[0].disk
         taken = {u.device_alias for u in state.disks if u.device_alias}
         new_disk = _render_like(host, new, old_disk, alias_for(new.vid, taken))  # refusals first
-        known = new.data_before_connect()
         new_known = known if known is not None and known[0] != "key" else None
         refuse_attach(new.vid, new_known, new.multiattach, state.uuid, state.name, uses)
         used_before = users_of(new.vid, new_known, uses)

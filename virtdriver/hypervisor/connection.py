@@ -9,6 +9,7 @@ import libvirt
 
 from virtdriver.config.model import parse_xml
 from virtdriver.errors import HypervisorError, InstanceNotFound
+from virtdriver.hypervisor.domains import ListedDomain, list_domains
 from virtdriver.hypervisor.events import DomainEvents, ensure_event_loop
 from virtdriver.hypervisor.xmlcache import XmlCache
 
@@ -66,6 +67,16 @@ class Connection:
                 self.xml.forget()  # a new connection: perhaps another daemon
             self._conn = conn
             return conn
+
+    def list_domains(self) -> list[ListedDomain]:
+        """Every domain on the host with its flags (:func:`~virtdriver.hypervisor.domains.
+        list_domains`): in one call to libvirtd once the XML cache trusts libvirt's saved files,
+        which then say which running domains are defined."""
+        cache = self.xml
+        conn = self.get()
+        if cache is not None and cache.lists_in_one_call:
+            return list_domains(conn, cache.defines)
+        return list_domains(conn)
 
     def security_models(self) -> tuple[str, ...]:
         """The security drivers this libvirt runs (``selinux``, ``apparmor``, ``dac``), from its

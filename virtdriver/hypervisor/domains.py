@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import libvirt
 
@@ -238,18 +238,31 @@ def source_key(disk: Disk) -> tuple[str | int | None, ...] | None:
     return None
 
 
-def list_domains(conn: libvirt.virConnect) -> list[ListedDomain]:
+def list_domains(conn: libvirt.virConnect,
+                 persistent: Callable[[str], bool] | None = None) -> list[ListedDomain]:
     """Every domain on the host, running or defined, with both flags.
 
     A domain is running, defined, or both, so two list calls give every domain and both flags.
+    With ``persistent`` (whether libvirt keeps a definition of the named domain, answered without
+    asking libvirtd: :meth:`~virtdriver.hypervisor.xmlcache.XmlCache.defines`), one call: a
+    listed domain runs when it has an id (which the list brings, ``-1`` when it does not run),
+    a domain that does not run is defined (libvirt keeps no other), and ``persistent`` says
+    whether a running one is.
     """
+    if persistent is not None:
+        found = []
+        for dom in conn.listAllDomains(0):
+            name, active = dom.name(), dom.ID() != -1
+            found.append(ListedDomain(dom, name, dom.UUIDString(), active,
+                                      not active or persistent(name)))
+        return found
     domains = {d.UUIDString(): d for d in conn.listAllDomains(LIST_ACTIVE)}
     active = set(domains)
-    persistent = set()
+    defined = set()
     for dom in conn.listAllDomains(LIST_PERSISTENT):
-        persistent.add(dom.UUIDString())
+        defined.add(dom.UUIDString())
         domains.setdefault(dom.UUIDString(), dom)
-    return [ListedDomain(dom, dom.name(), uuid, uuid in active, uuid in persistent)
+    return [ListedDomain(dom, dom.name(), uuid, uuid in active, uuid in defined)
             for uuid, dom in domains.items()]
 
 

@@ -61,7 +61,7 @@ class HostConnections:
 
     def _read(self, path: Path) -> tuple[str | None, HostRecord | None]:
         try:
-            text = path.read_text()
+            text = read_bytes(path).decode("utf-8")
         except FileNotFoundError:
             return None, None
         except (OSError, ValueError) as exc:
@@ -217,15 +217,15 @@ class HostConnections:
         come from a string; a nested key of that name, with the top-level one missing, has no
         arrivals either)."""
         found = []
-        for path in self._paths():
+        for name in self._names():
             try:
-                raw = read_bytes(path)
+                raw = read_bytes(f"{self.records}/{name}")
             except OSError:
                 continue  # audit reports it; it must not block other volumes
             if raw.count(b'"arriving"') == 1 and b'"arriving": []' in raw:
                 continue
             try:
-                record = self._parse(path, raw.decode("utf-8"))[1]
+                record = self._parse(self.records / name, raw.decode("utf-8"))[1]
             except (StateError, UnicodeDecodeError):
                 continue
             if record is not None:
@@ -233,11 +233,15 @@ class HostConnections:
         return found
 
     def _paths(self) -> list[Path]:
+        return [self.records / name for name in self._names()]
+
+    def _names(self) -> list[str]:
+        """The records' file names, sorted."""
         try:
             names = os.listdir(self.records)
         except OSError:
             return []
-        return [self.records / name for name in sorted(names) if name.endswith(".json")]
+        return sorted(name for name in names if name.endswith(".json"))
 
     def connected(self) -> list[str]:
         """Volume ids with host-side resources recorded."""

@@ -51,12 +51,12 @@ def file_token(volume_id: str) -> str:
     return "h-" + hashlib.sha256(volume_id.encode("utf-8")).hexdigest()
 
 
-def _open(path: Path) -> int:
+def _open(path: str) -> int:
     try:
         try:
             return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except FileNotFoundError:  # the first lock in this state directory
-            path.parent.mkdir(parents=True, exist_ok=True)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
             return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as exc:
         raise StateError(f"cannot use the lock file {path}: "
@@ -71,7 +71,7 @@ def _holder(fd: int) -> str:
     return text if text and not text.isdigit() else ""
 
 
-def _acquire(fd: int, path: Path, what: str, timeout: float,
+def _acquire(fd: int, path: str, what: str, timeout: float,
              notice_after: float = NOTICE_AFTER) -> None:
     """Take the lock, waiting at most ``timeout`` seconds (``inf`` or ``None``: without bound);
     a wait longer than ``notice_after`` seconds (or half the timeout) is said once."""
@@ -118,7 +118,7 @@ def _note_holder(fd: int, operation: str) -> None:
 
 
 @contextlib.contextmanager
-def _exclusive(path: Path, what: str, operation: str, timeout: float,
+def _exclusive(path: str, what: str, operation: str, timeout: float,
                notice_after: float = NOTICE_AFTER) -> Iterator[None]:
     fd = _open(path)
     try:
@@ -133,7 +133,7 @@ def volume_lock(lock_dir: Path, volume_id: str, *, operation: str = "an operatio
                 timeout: float = DEFAULT_TIMEOUT,
                 notice_after: float = NOTICE_AFTER) -> contextlib.AbstractContextManager[None]:
     """Hold the exclusive lock of ``volume_id`` (threads and processes alike)."""
-    return _exclusive(lock_dir / f"volume-{file_token(volume_id)}.lock", f"volume {volume_id}",
+    return _exclusive(f"{lock_dir}/volume-{file_token(volume_id)}.lock", f"volume {volume_id}",
                       operation, timeout, notice_after)
 
 
@@ -141,7 +141,7 @@ def data_lock(lock_dir: Path, token: str, described: str, *, operation: str = "a
               timeout: float = DEFAULT_TIMEOUT,
               notice_after: float = NOTICE_AFTER) -> contextlib.AbstractContextManager[None]:
     """Hold the exclusive lock of one piece of data (``token`` from ``dataid.identity_token``)."""
-    return _exclusive(lock_dir / f"data-{token}.lock", f"the data of {described}", operation,
+    return _exclusive(f"{lock_dir}/data-{token}.lock", f"the data of {described}", operation,
                       timeout, notice_after)
 
 
@@ -159,8 +159,8 @@ def locks(lock_dir: Path, volumes: list[str], data: list[tuple[str, str]], *, op
         yield
 
 
-def _guest_lock_path(lock_dir: Path, guest_uuid: str) -> Path:
-    return lock_dir / f"volume-guest-{guest_uuid}.lock"
+def _guest_lock_path(lock_dir: Path, guest_uuid: str) -> str:
+    return f"{lock_dir}/volume-guest-{guest_uuid}.lock"
 
 
 def _read_generation(fd: int) -> int:

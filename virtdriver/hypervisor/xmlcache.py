@@ -31,6 +31,7 @@ A domain the cache answers for costs two small file reads instead of two calls t
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -54,6 +55,8 @@ class XmlCache:
     def __init__(self, config_dir: Path = CONFIG_DIR, state_dir: Path = STATE_DIR) -> None:
         self.config_dir = config_dir
         self.state_dir = state_dir
+        self._config = f"{config_dir}/"  # file names joined as text: no Path per domain
+        self._state = f"{state_dir}/"
         self.usable = config_dir.is_dir() and state_dir.is_dir()
         self.trusted = False  # set by confirm(): our own change was seen in the files
         self._refused = False  # a change of ours did not show: never trusted again
@@ -69,13 +72,26 @@ class XmlCache:
         """What libvirt saved of this domain: its definition (persistent domains) and its live
         state (running ones); ``None`` when a file it must have cannot be read."""
         try:
-            config = (read_bytes(self.config_dir / f"{listed.name}.xml") if listed.persistent
+            config = (read_bytes(f"{self._config}{listed.name}.xml") if listed.persistent
                       else None)
-            state = (read_bytes(self.state_dir / f"{listed.name}.xml") if listed.active
+            state = (read_bytes(f"{self._state}{listed.name}.xml") if listed.active
                      else None)
         except OSError:
             return None
         return config, state
+
+    def defines(self, name: str) -> bool:
+        """Whether libvirt keeps a definition of the domain ``name``: its definition's file is
+        there. libvirt writes that file before a define returns and removes it before an undefine
+        does, and when the daemon starts, a running domain is persistent exactly when that file is
+        there; so the file says what libvirt's flag says."""
+        return os.path.exists(f"{self._config}{name}.xml")
+
+    @property
+    def lists_in_one_call(self) -> bool:
+        """Whether :meth:`defines` may stand in for libvirt's list of defined domains: only once
+        the files are trusted (:meth:`confirm`)."""
+        return self.trusted and not self._refused
 
     def read(self, listed: Iterable[ListedDomain], *, every: bool = False) -> list[DomainXml]:
         """Each listed domain's XML: kept, when libvirt saved nothing new of it since it was read
