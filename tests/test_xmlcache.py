@@ -103,6 +103,24 @@ def test_a_change_of_ours_that_does_not_show_in_the_files_ends_the_cache(tmp_pat
     assert a.reads == reads + 4
 
 
+def test_one_list_call_only_once_a_definitions_change_was_seen(tmp_path) -> None:
+    """The definitions' files stand in for libvirt's list of defined domains only after a change
+    of ours was seen in that directory itself (a change to a live state alone trusts the cache
+    for the XML, not for the flags)."""
+    files = Saved(tmp_path)
+    cache = XmlCache(files.config, files.state)
+    a, t = FakeDom("a"), FakeDom("t")
+    files.save("a", "cfg", "state")
+    files.save("t", state="state t")  # running and transient: no definition file
+    cache.confirm(listed(t, persistent=False), (None, b"state t 0"))  # a live change only
+    assert cache.trusted and cache.watching and not cache.lists_in_one_call
+    cache.confirm(listed(a), (b"cfg 0", b"state"))  # its definition changed too
+    assert cache.lists_in_one_call and not cache.watching
+    assert cache.defines("a") and not cache.defines("t")
+    cache.forget()  # a new connection: perhaps another daemon
+    assert not cache.lists_in_one_call and cache.watching
+
+
 def test_missing_files_mean_reading_and_a_vanished_domain_is_left_out(tmp_path) -> None:
     files = Saved(tmp_path)
     cache = XmlCache(files.config, files.state)

@@ -72,6 +72,22 @@ def copy_info(connection_info: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(connection_info, Mapping):
         raise InvalidConnectionInfo("connection_info", "is not a JSON object")
     check_nesting(connection_info)
-    info = copy.deepcopy(normalize(connection_info)[0])  # any shape Cinder or nova sends
+    info = _copied(normalize(connection_info)[0])  # any shape Cinder or nova sends
     info["data"] = dict(info["data"])
     return info
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _copied(value: Any) -> Any:
+    """A deep copy of a JSON document: its dicts and lists copied, its scalars shared (they
+    cannot change); anything else through ``copy.deepcopy``. The depth was checked before."""
+    kind = type(value)
+    if kind is dict:
+        return {key: _copied(item) for key, item in value.items()}
+    if kind is list:
+        return [_copied(item) for item in value]
+    if kind in _SCALARS:
+        return value
+    return copy.deepcopy(value)

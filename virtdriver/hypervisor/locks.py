@@ -145,18 +145,44 @@ def data_lock(lock_dir: Path, token: str, described: str, *, operation: str = "a
                       timeout, notice_after)
 
 
-@contextlib.contextmanager
 def locks(lock_dir: Path, volumes: list[str], data: list[tuple[str, str]], *, operation: str,
-          timeout: float = DEFAULT_TIMEOUT, notice_after: float = NOTICE_AFTER) -> Iterator[None]:
+          timeout: float = DEFAULT_TIMEOUT,
+          notice_after: float = NOTICE_AFTER) -> contextlib.AbstractContextManager[None]:
     """Volume locks, then data locks, each set in sorted order (so two callers never deadlock)."""
-    with contextlib.ExitStack() as stack:
-        for vid in sorted(set(volumes)):
-            stack.enter_context(volume_lock(lock_dir, vid, operation=operation, timeout=timeout,
-                                            notice_after=notice_after))
-        for token, described in sorted(set(data)):
-            stack.enter_context(data_lock(lock_dir, token, described, operation=operation,
-                                          timeout=timeout, notice_after=notice_after))
-        yield
+    wanted = ([(f"{lock_dir}/volume-{file_token(vid)}.lock", f"volume {vid}")
+               for vid in sorted(set(volumes))]
+              + [(f"{lock_dir}/data-{token}.lock", f"the data of {described}")
+                 for token, described in sorted(set(data))])
+    return _Locks(wanted, operation, timeout, notice_after)
+
+
+class _Locks(contextlib.AbstractContextManager[None]):
+    """Lock files taken in the given order from ``__enter__`` to ``__exit__``, released in the
+    reverse order (a class, not a generator: the attach path takes these on every call)."""
+
+    def __init__(self, wanted: list[tuple[str, str]], operation: str, timeout: float,
+                 notice_after: float) -> None:
+        self._wanted = wanted
+        self._operation, self._timeout, self._notice_after = operation, timeout, notice_after
+        self._held: list[int] = []
+
+    def __enter__(self) -> None:
+        try:
+            for path, what in self._wanted:
+                fd = _open(path)
+                self._held.append(fd)
+                _acquire(fd, path, what, self._timeout, self._notice_after)
+                _note_holder(fd, self._operation)
+        except BaseException:
+            self._release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        while self._held:
+            os.close(self._held.pop())  # closing the last descriptor releases the lock
 
 
 def _guest_lock_path(lock_dir: Path, guest_uuid: str) -> str:

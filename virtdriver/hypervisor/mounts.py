@@ -150,6 +150,8 @@ def check_guest_sees(guest_uuid: str, guest_name: str, path: str, mount_base: st
     That is a guest started before the mount base became a shared mount: nothing mounted below
     the base since then reaches its namespace, and QEMU would fail with a bare "No such file".
     """
+    if not os.path.isdir(mount_base):
+        return  # no share is mounted below a base that is not there
     real_base = os.path.realpath(mount_base)
     real = os.path.realpath(path)
     if not real.startswith(real_base.rstrip("/") + "/"):

@@ -1,9 +1,9 @@
 """Reading a domain's XML from libvirt again only when libvirt changed it.
 
-Every attach and detach reads every domain on the host (both lists, then each domain's live and
+Every attach and detach reads every domain on the host (the list, then each domain's live and
 persistent XML): the sharing and "still used" decisions are taken from libvirt's own state, not a
-database of ours. The lists are two calls; the XML is two calls per running guest, the part that
-grows with the guests. This module keeps the XML of each domain between operations and reads it
+database of ours. The list is one or two calls; the XML is two calls per running guest, the part
+that grows with the guests. This module keeps the XML of each domain between operations and reads it
 again only when libvirt may have changed it.
 
 How that is known: libvirt's QEMU driver saves every change it makes to a domain before the call
@@ -27,6 +27,12 @@ It is used only where it can be trusted:
   of a running one) are readable.
 
 A domain the cache answers for costs two small file reads instead of two calls to libvirtd.
+
+The same files halve the lists: once a change of this process's was seen in the definitions'
+directory too, the host is listed in one call (every domain, each with its id, ``-1`` when it
+does not run), and a running domain is defined exactly when its definition's file is there
+(:meth:`XmlCache.defines`) -- the rule libvirtd itself applies when it starts and finds the
+domains it left running.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ class XmlCache:
         self._state = f"{state_dir}/"
         self.usable = config_dir.is_dir() and state_dir.is_dir()
         self.trusted = False  # set by confirm(): our own change was seen in the files
+        self.definitions_seen = False  # ... and one of them in a definition's file
         self._refused = False  # a change of ours did not show: never trusted again
         self._lock = threading.Lock()
         self._kept: dict[str, tuple[tuple[str, bool, bool, Saved], str, str | None]] = {}
@@ -90,8 +97,9 @@ class XmlCache:
     @property
     def lists_in_one_call(self) -> bool:
         """Whether :meth:`defines` may stand in for libvirt's list of defined domains: only once
-        the files are trusted (:meth:`confirm`)."""
-        return self.trusted and not self._refused
+        the files are trusted (:meth:`confirm`) and a change of this process's to a definition
+        was seen in the definitions' directory itself."""
+        return self.trusted and self.definitions_seen and not self._refused
 
     def read(self, listed: Iterable[ListedDomain], *, every: bool = False) -> list[DomainXml]:
         """Each listed domain's XML: kept, when libvirt saved nothing new of it since it was read
@@ -129,8 +137,9 @@ class XmlCache:
 
     @property
     def watching(self) -> bool:
-        """True until a change of this process's was seen (or not seen) in the files."""
-        return not self.trusted and not self._refused
+        """True until a change of this process's was seen (or not seen) in the files, both
+        directories' (or one was not seen)."""
+        return not (self.trusted and self.definitions_seen) and not self._refused
 
     def confirm(self, listed: ListedDomain, before: Saved | None) -> None:
         """After this process changed ``listed`` (a hot-plug, a removal, a definition change):
@@ -148,9 +157,11 @@ class XmlCache:
                 self._kept.clear()
             else:
                 self.trusted = True
+                if before[0] is not None and after[0] != before[0]:
+                    self.definitions_seen = True
 
     def forget(self) -> None:
         """Drop everything kept and the trust (a new connection: perhaps another daemon)."""
         with self._lock:
             self._kept.clear()
-            self.trusted = False
+            self.trusted = self.definitions_seen = False
