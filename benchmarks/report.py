@@ -260,8 +260,10 @@ def main() -> None:
           f"{r['detach_ms']:.1f} | {r['detach_ratio']:.2f}x | {r['attach_round_trips']} / "
           f"{r['detach_round_trips']} |" for r in curve],
         "",
-        "What the driver does beyond raw libvirt, under the volume's and the data's locks: both "
-        "domain lists and every domain's live and persistent XML as libvirt has it now (the "
+        "What the driver does beyond raw libvirt, under the volume's and the data's locks: the "
+        "list of the host's domains (one call once libvirt's saved definitions are trusted, "
+        "which then say which running domains are defined) and every domain's live and "
+        "persistent XML as libvirt has it now (the "
         "sharing and \"still used\" decisions), each domain's XML asked of libvirtd again only "
         "when libvirt saved something new of it (its saved definition and live state compared "
         "byte for byte), so the calls to libvirtd do not grow with the guests (the last column, "
@@ -287,7 +289,7 @@ def main() -> None:
         "", "![fan-out](fanout.png)", "",
         "## The 'still used on this host' decision",
         "",
-        "As detach takes it (`Host.users(volume, data)`): both domain lists, every domain's XML "
+        "As detach takes it (`Host.users(volume, data)`): the list of domains, every domain's XML "
         "as libvirt has it now (asked of libvirtd again only for the domains libvirt changed), "
         "the guests that can hold the volume or its data parsed (here every guest holds it: the "
         "worst case, which grows with the guests), the arrivals by live migration.",

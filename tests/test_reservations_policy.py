@@ -118,12 +118,12 @@ def test_a_rendered_block_lun_goes_through_the_managed_helper() -> None:
 
 def test_a_missing_pr_helper_is_explained() -> None:
     """libvirt's own message when qemu.conf's pr_helper is not there (qemu_process.c)."""
-    from virtdriver.driver.attach import _why_lun_refused
+    from virtdriver.hypervisor.access import why_lun_refused
 
     disk = build_disk(local_volume("/dev/sdx", multiattach=False), device="lun", bus="scsi",
                       target_dev="sdb")
     message = "'qemu-pr-helper' is not a suitable pr helper: No such file or directory"
-    assert "install it (Debian: qemu-system-common)" in _why_lun_refused(disk, "/dev/sdx",
+    assert "install it (Debian: qemu-system-common)" in why_lun_refused(disk, "/dev/sdx",
                                                                           message)
     plain = build_disk(local_volume("/dev/sdx", multiattach=False))
-    assert _why_lun_refused(plain, "/dev/sdx", message) is None
+    assert why_lun_refused(plain, "/dev/sdx", message) is None

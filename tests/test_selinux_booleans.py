@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from virtdriver.doctor.probes import boolean_check
-from virtdriver.driver.attach import _booleans_off
+from virtdriver.hypervisor.access import booleans_off
 from virtdriver.selinux import boolean
 from virtdriver.volume.registry import get_driver
 
@@ -43,9 +43,9 @@ def test_a_refused_attach_names_the_boolean_that_is_off(monkeypatch) -> None:
 
     info = {"driver_volume_type": "nfs", "data": {}}
     monkeypatch.setattr(virtdriver.selinux, "boolean", lambda name: False)
-    assert _booleans_off(info) == ["virt_use_nfs"]
+    assert booleans_off(info) == ["virt_use_nfs"]
     monkeypatch.setattr(virtdriver.selinux, "boolean", lambda name: True)
-    assert _booleans_off(info) == []
+    assert booleans_off(info) == []
     monkeypatch.setattr(virtdriver.selinux, "boolean", lambda name: None)  # no SELinux here
-    assert _booleans_off(info) == []
-    assert _booleans_off({"driver_volume_type": "no-such-type"}) == []
+    assert booleans_off(info) == []
+    assert booleans_off({"driver_volume_type": "no-such-type"}) == []

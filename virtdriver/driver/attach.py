@@ -29,8 +29,7 @@ from virtdriver.errors import (
     InvalidRenderOption,
     VirtDriverError,
 )
-from virtdriver.config import Disk
-from virtdriver.hypervisor.access import closed_directory, closed_file, explain_denied, qemu_user
+from virtdriver.hypervisor.access import why_attach_refused
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.dataid import data_identity
 from virtdriver.hypervisor.domains import DiskUse, DomainXml, ListedDomain
@@ -239,9 +238,9 @@ def _attach_guest(host: Host, request: VolumeRequest, target: Target, placement:
                 listed.dom.attachDeviceFlags(disk.to_xml(), flags)
             except libvirt.libvirtError as exc:
                 raise AttachFailed(f"libvirt refused to attach volume {request.vid} to "
-                                   f"{listed.name}", _why_refused(host, listed.dom, disk,
-                                                                  libvirt_message(exc),
-                                                                  request.info)) from None
+                                   f"{listed.name}", why_attach_refused(
+                                       listed.dom, disk, libvirt_message(exc), request.info,
+                                       host.options.label_policy)) from None
             if saved is not None:
                 cache.confirm(listed, saved)  # type: ignore[union-attr]
             if listed.active and disk.readonly and disk.type in ("block", "file"):
@@ -252,83 +251,6 @@ def _attach_guest(host: Host, request: VolumeRequest, target: Target, placement:
                                              listed.active, disk), volume=request.vid)
     assert attachment is not None  # the disk was rendered with its alias and target
     return attachment
-
-
-def _why_refused(host: Host, dom: libvirt.virDomain, disk: Disk, message: str,
-                 info: Mapping[str, Any]) -> str:
-    """libvirt's message, and for a denied open, why (:func:`_why_denied`);
-    for QEMU's own iSCSI initiator, the name it logged in as (a target's ACL admits names);
-    for ``device='lun'``, why a passed-through block device could not be used."""
-    source = disk.source
-    if source is not None and source.protocol == "iscsi" and source.initiator is not None \
-            and source.initiator.iqn is not None:
-        return (f"{message} (QEMU's iSCSI initiator logged in as {source.initiator.iqn.name}: "
-                "the target must admit that name; --initiator-iqn names another, the default "
-                "is the host's /etc/iscsi/initiatorname.iscsi)")
-    path = disk.source.dev or disk.source.file if disk.source is not None else None
-    lun = _why_lun_refused(disk, path, message)
-    if lun:
-        return f"{message}: {lun}"
-    if not path or "Permission denied" not in message:
-        return message
-    return f"{message}: {why}" if (why := _why_denied(host, dom, disk, path, info)) else message
-
-
-def _why_denied(host: Host, dom: libvirt.virDomain, disk: Disk, path: str,
-                info: Mapping[str, Any]) -> str | None:
-    """Why QEMU was denied ``path``: a directory above it QEMU's user may not pass; with
-    label_policy 'none', whose data it is; the file's own mode (on a share libvirt cannot
-    re-own); an SELinux boolean the protocol needs that is off."""
-    try:
-        live: str | None = dom.XMLDesc(0)
-    except libvirt.libvirtError:
-        live = None
-    user = qemu_user(live) if live else None
-    closed = closed_directory(path, *user) if user else None
-    if closed:
-        return closed
-    if host.options.label_policy == "none" and live:
-        explained = explain_denied(path, live)
-        if explained:
-            return explained
-    closed = closed_file(path, *user, write=not disk.readonly) if user else None
-    if closed:
-        return closed
-    off = _booleans_off(info)
-    if off:
-        return (f"the SELinux boolean{'s' if len(off) > 1 else ''} {', '.join(off)} "
-                f"{'are' if len(off) > 1 else 'is'} off, so the guest's QEMU may not open this "
-                f"{info.get('driver_volume_type')} file (libvirt cannot relabel a file on the "
-                f"share); the host's operator decides: "
-                f"{'; '.join(f'setsebool -P {b} on' for b in off)} ('virtdriver doctor' checks it)")
-    return None
-
-
-def _booleans_off(info: Mapping[str, Any]) -> list[str]:
-    """The SELinux booleans the volume's protocol declares that are off on this host."""
-    from virtdriver.selinux import boolean
-    from virtdriver.volume.registry import get_driver
-
-    try:
-        declared = get_driver(str(info.get("driver_volume_type"))).selinux_booleans
-    except (VirtDriverError, ImportError):
-        return []
-    return [name for name in declared if boolean(name) is False]
-
-
-def _why_lun_refused(disk: Disk, path: str | None, message: str) -> str | None:
-    if disk.device != "lun" or disk.type != "block":
-        return None
-    if "SG_IO" in message:
-        return (f"device='lun' passes the guest's SCSI commands to {path}, which does not take "
-                "them (not a SCSI disk: a loop or other non-SCSI block device); attach it with "
-                "device='disk'")
-    if "pr helper" in message or "pr-helper" in message:
-        return ("device='lun' on a host block device needs qemu-pr-helper for the guest's SCSI "
-                "reservations (<reservations managed='yes'/>): install it (Debian: "
-                "qemu-system-common) or set pr_helper in libvirt's qemu.conf; 'virtdriver "
-                "doctor' checks it")
-    return None
 
 
 def _outcome(target: Target, outcome: Attachment | BaseException, undone: bool,

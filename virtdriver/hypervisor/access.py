@@ -1,4 +1,5 @@
-"""Why QEMU could not open a disk: the data's owner and mode against QEMU's user.
+"""Why libvirt or QEMU refused a disk: the data's owner and mode against QEMU's user, the
+directories above it, an SELinux boolean that is off, a LUN that takes no SCSI commands.
 
 With ``label_policy='none'`` libvirt neither labels nor re-owns a disk, so data that QEMU's user
 cannot open fails the attach with libvirt's bare "Could not open '/dev/loop0': Permission
@@ -12,9 +13,14 @@ import grp
 import os
 import pwd
 import stat
+from collections.abc import Mapping
+from typing import Any
 
+import libvirt
+
+from virtdriver.config import Disk
 from virtdriver.config.reader import parse_xml
-from virtdriver.errors import MalformedXML
+from virtdriver.errors import MalformedXML, VirtDriverError
 
 
 def qemu_user(domain_xml: str) -> tuple[int, int] | None:
@@ -120,4 +126,85 @@ def closed_file(path: str, uid: int, gid: int, *, write: bool) -> str | None:
             "must make it accessible to QEMU's user")
 
 
-__all__ = ["closed_directory", "closed_file", "explain_denied", "qemu_user"]
+def why_attach_refused(dom: libvirt.virDomain, disk: Disk, message: str,
+                       info: Mapping[str, Any], label_policy: str) -> str:
+    """libvirt's message (``message``) when it refused to attach ``disk``, and for a denied
+    open, why (:func:`_why_denied`);
+    for QEMU's own iSCSI initiator, the name it logged in as (a target's ACL admits names);
+    for ``device='lun'``, why a passed-through block device could not be used."""
+    source = disk.source
+    if source is not None and source.protocol == "iscsi" and source.initiator is not None \
+            and source.initiator.iqn is not None:
+        return (f"{message} (QEMU's iSCSI initiator logged in as {source.initiator.iqn.name}: "
+                "the target must admit that name; --initiator-iqn names another, the default "
+                "is the host's /etc/iscsi/initiatorname.iscsi)")
+    path = disk.source.dev or disk.source.file if disk.source is not None else None
+    lun = why_lun_refused(disk, path, message)
+    if lun:
+        return f"{message}: {lun}"
+    if not path or "Permission denied" not in message:
+        return message
+    why = _why_denied(dom, disk, path, info, label_policy)
+    return f"{message}: {why}" if why else message
+
+
+def _why_denied(dom: libvirt.virDomain, disk: Disk, path: str, info: Mapping[str, Any],
+                label_policy: str) -> str | None:
+    """Why QEMU was denied ``path``: a directory above it QEMU's user may not pass; with
+    label_policy 'none', whose data it is; the file's own mode (on a share libvirt cannot
+    re-own); an SELinux boolean the protocol needs that is off."""
+    try:
+        live: str | None = dom.XMLDesc(0)
+    except libvirt.libvirtError:
+        live = None
+    user = qemu_user(live) if live else None
+    closed = closed_directory(path, *user) if user else None
+    if closed:
+        return closed
+    if label_policy == "none" and live:
+        explained = explain_denied(path, live)
+        if explained:
+            return explained
+    closed = closed_file(path, *user, write=not disk.readonly) if user else None
+    if closed:
+        return closed
+    off = booleans_off(info)
+    if off:
+        return (f"the SELinux boolean{'s' if len(off) > 1 else ''} {', '.join(off)} "
+                f"{'are' if len(off) > 1 else 'is'} off, so the guest's QEMU may not open this "
+                f"{info.get('driver_volume_type')} file (libvirt cannot relabel a file on the "
+                f"share); the host's operator decides: "
+                f"{'; '.join(f'setsebool -P {b} on' for b in off)} ('virtdriver doctor' checks it)")
+    return None
+
+
+def booleans_off(info: Mapping[str, Any]) -> list[str]:
+    """The SELinux booleans the volume's protocol declares that are off on this host."""
+    from virtdriver.selinux import boolean
+    from virtdriver.volume.registry import get_driver
+
+    try:
+        declared = get_driver(str(info.get("driver_volume_type"))).selinux_booleans
+    except (VirtDriverError, ImportError):
+        return []
+    return [name for name in declared if boolean(name) is False]
+
+
+def why_lun_refused(disk: Disk, path: str | None, message: str) -> str | None:
+    """For ``device='lun'`` on a host block device, why libvirt or QEMU could not use it."""
+    if disk.device != "lun" or disk.type != "block":
+        return None
+    if "SG_IO" in message:
+        return (f"device='lun' passes the guest's SCSI commands to {path}, which does not take "
+                "them (not a SCSI disk: a loop or other non-SCSI block device); attach it with "
+                "device='disk'")
+    if "pr helper" in message or "pr-helper" in message:
+        return ("device='lun' on a host block device needs qemu-pr-helper for the guest's SCSI "
+                "reservations (<reservations managed='yes'/>): install it (Debian: "
+                "qemu-system-common) or set pr_helper in libvirt's qemu.conf; 'virtdriver "
+                "doctor' checks it")
+    return None
+
+
+__all__ = ["booleans_off", "closed_directory", "closed_file", "explain_denied", "qemu_user",
+           "why_attach_refused", "why_lun_refused"]

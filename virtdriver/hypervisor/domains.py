@@ -1,4 +1,4 @@
-"""The host's domains as libvirt reports them: both lists, each domain's XML, its disks.
+"""The host's domains as libvirt reports them: the list, each domain's XML, its disks.
 
 Running domains are read live and, when persistent, also from their definition, so an
 attachment present in only one of the two still counts. The XML is read once and parsed only
