@@ -9,6 +9,7 @@ from typing import Any, Final
 
 from virtdriver.config import Address, Alias, BlockIO, Disk, Driver, Encryption, IoTune, Secret
 from virtdriver.config import Target
+from virtdriver.answers import ValidAnswers
 from virtdriver.errors import InvalidConnectionInfo, InvalidRenderOption, show
 from virtdriver.policy import (
     apply_policy,
@@ -251,12 +252,10 @@ def iotune_from_qos(qos: object) -> IoTune | None:
     # The same few limits come back on every render: a set of limits once found acceptable is
     # not checked again (only int values reach here, so equal keys mean equal limits).
     known = tuple(values.items())
-    if known not in _THROTTLES_OK:
+    if _THROTTLES_OK.get(known) is None:
         check_throttle(values, where)
-        if len(_THROTTLES_OK) < _THROTTLES_MAX:
-            _THROTTLES_OK.add(known)
+        _THROTTLES_OK.keep(known, True)
     return IoTune(**values)
 
 
-_THROTTLES_OK: set[tuple[tuple[str, int], ...]] = set()
-_THROTTLES_MAX = 1024
+_THROTTLES_OK: ValidAnswers[tuple[tuple[str, int], ...], bool] = ValidAnswers(tuple, 1024)

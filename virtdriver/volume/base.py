@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from virtdriver.config import Source
+from virtdriver.answers import ValidAnswers
 from virtdriver.errors import InvalidConnectionInfo, show
 # host_name is part of this contract too (protocol modules and plugins import it from here); the
 # one rule for host names and addresses lives in hostname.py.
@@ -246,20 +247,15 @@ def auth_username(data: Mapping[str, Any]) -> str:
 
 def split_portal(portal: str, where: str) -> tuple[str, int | None]:
     """``192.0.2.5:3260`` or ``[2001:db8::5]:3260`` into host and port."""
-    known = _PORTALS.get(portal) if portal.__class__ is str else None
+    known = _PORTALS.get(portal)
     if known is not None:
         return known
     host, port = split_host_port(portal, where)
-    answer = host, port_number(port, where)
-    if portal.__class__ is str and len(_PORTALS) < _PORTALS_MAX:
-        _PORTALS[portal] = answer
-    return answer
+    return _PORTALS.keep(portal, (host, port_number(port, where)))
 
 
-# Portals already split and found valid (answers only, as hostname.split_host_port keeps them):
-# every render of an iSCSI volume checks its portal.
-_PORTALS: dict[str, tuple[str, int | None]] = {}
-_PORTALS_MAX = 4096
+# Portals already split and found valid: every render of an iSCSI volume checks its portal.
+_PORTALS: ValidAnswers[str, tuple[str, int | None]] = ValidAnswers(str, 4096)
 
 
 def disk_format(data: Mapping[str, Any]) -> str:

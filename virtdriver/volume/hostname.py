@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from virtdriver.answers import ValidAnswers
 from virtdriver.errors import InvalidConnectionInfo, show
 
 MAX_HOST_NAME = 253
@@ -71,23 +72,15 @@ def host_name(value: Any, where: str) -> str:
     return value[1:-1] if value.startswith("[") else value  # type: ignore[no-any-return]
 
 
-# Texts already split and found valid: the same few portals and shares come back on every render
-# (a portal's check was 13% of one). Only answers are kept, never refusals, so every invalid text
-# is checked (and its message made) again; bounded, so unique texts cannot grow it without limit.
-_SPLIT: dict[str, tuple[str, str | None]] = {}
-_SPLIT_MAX = 4096
+# Texts already split and found valid (a portal's check was 13% of a render).
+_SPLIT: ValidAnswers[str, tuple[str, str | None]] = ValidAnswers(str, 4096)
 
 
 def split_host_port(text: str, where: str) -> tuple[str, str | None]:
     """``host:port``, ``[v6]:port``, a bare host or a bare IPv6 address into host and port text
     (the host checked, the port not)."""
-    known = _SPLIT.get(text) if text.__class__ is str else None
-    if known is not None:
-        return known
-    answer = _split_host_port(text, where)
-    if text.__class__ is str and len(_SPLIT) < _SPLIT_MAX:
-        _SPLIT[text] = answer
-    return answer
+    known = _SPLIT.get(text)
+    return known if known is not None else _SPLIT.keep(text, _split_host_port(text, where))
 
 
 def _split_host_port(text: str, where: str) -> tuple[str, str | None]:
