@@ -116,7 +116,11 @@ def test_one_list_call_only_once_a_definitions_change_was_seen(tmp_path) -> None
     assert cache.trusted and cache.watching and not cache.lists_in_one_call
     cache.confirm(listed(a), (b"cfg 0", b"state"))  # its definition changed too
     assert cache.lists_in_one_call and not cache.watching
-    assert cache.defines("a") and not cache.defines("t")
+    assert cache.definition("a") == (True, b"cfg") and cache.definition("t") == (False, None)
+    # the definition's bytes the listing read are the key's (read before any XML), once
+    as_listed = ListedDomain(a, "a", "uuid-a", True, True, b"cfg as listed")
+    assert cache.saved(as_listed, as_listed=True) == (b"cfg as listed", b"state")
+    assert cache.saved(as_listed) == (b"cfg", b"state")  # after a change of ours: read anew
     cache.forget()  # a new connection: perhaps another daemon
     assert not cache.lists_in_one_call and cache.watching
 

@@ -75,7 +75,7 @@ class Connection:
         cache = self.xml
         conn = self.get()
         if cache is not None and cache.lists_in_one_call:
-            return list_domains(conn, cache.defines)
+            return list_domains(conn, cache.definition)
         return list_domains(conn)
 
     def security_models(self) -> tuple[str, ...]:

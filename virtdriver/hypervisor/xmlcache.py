@@ -31,7 +31,7 @@ A domain the cache answers for costs two small file reads instead of two calls t
 The same files halve the lists: once a change of this process's was seen in the definitions'
 directory too, the host is listed in one call (every domain, each with its id, ``-1`` when it
 does not run), and a running domain is defined exactly when its definition's file is there
-(:meth:`XmlCache.defines`) -- the rule libvirtd itself applies when it starts and finds the
+(:meth:`XmlCache.definition`) -- the rule libvirtd itself applies when it starts and finds the
 domains it left running.
 """
 
@@ -75,28 +75,38 @@ class XmlCache:
         cache = cls() if uri == SYSTEM_URI else None
         return cache if cache is not None and cache.usable else None
 
-    def saved(self, listed: ListedDomain) -> Saved | None:
+    def saved(self, listed: ListedDomain, *, as_listed: bool = False) -> Saved | None:
         """What libvirt saved of this domain: its definition (persistent domains) and its live
-        state (running ones); ``None`` when a file it must have cannot be read."""
+        state (running ones); ``None`` when a file it must have cannot be read. ``as_listed``:
+        the definition's bytes the listing read, if it did (:meth:`definition`)."""
         try:
-            config = (read_bytes(f"{self._config}{listed.name}.xml") if listed.persistent
-                      else None)
+            config = None
+            if listed.persistent:
+                config = listed.definition if as_listed else None
+                if config is None:
+                    config = read_bytes(f"{self._config}{listed.name}.xml")
             state = (read_bytes(f"{self._state}{listed.name}.xml") if listed.active
                      else None)
         except OSError:
             return None
         return config, state
 
-    def defines(self, name: str) -> bool:
-        """Whether libvirt keeps a definition of the domain ``name``: its definition's file is
-        there. libvirt writes that file before a define returns and removes it before an undefine
-        does, and when the daemon starts, a running domain is persistent exactly when that file is
-        there; so the file says what libvirt's flag says."""
-        return os.path.exists(f"{self._config}{name}.xml")
+    def definition(self, name: str) -> tuple[bool, bytes | None]:
+        """Whether libvirt keeps a definition of the domain ``name``, and the definition's saved
+        bytes when they could be read: its definition's file is there. libvirt writes that file
+        before a define returns and removes it before an undefine does, and when the daemon
+        starts, a running domain is persistent exactly when that file is there; so the file says
+        what libvirt's flag says. (Read, not only looked for: the cache's key needs the bytes.)"""
+        try:
+            return True, read_bytes(f"{self._config}{name}.xml")
+        except FileNotFoundError:
+            return False, None
+        except OSError:
+            return os.path.lexists(f"{self._config}{name}.xml"), None
 
     @property
     def lists_in_one_call(self) -> bool:
-        """Whether :meth:`defines` may stand in for libvirt's list of defined domains: only once
+        """Whether :meth:`definition` may stand in for libvirt's list of defined domains: only once
         the files are trusted (:meth:`confirm`) and a change of this process's to a definition
         was seen in the definitions' directory itself."""
         return self.trusted and self.definitions_seen and not self._refused
@@ -109,7 +119,7 @@ class XmlCache:
         seen = set()
         for domain in listed:
             seen.add(domain.uuid)
-            saved = self.saved(domain) if not self._refused else None
+            saved = self.saved(domain, as_listed=True) if not self._refused else None
             key = (domain.name, domain.active, domain.persistent, saved)
             with self._lock:
                 kept = self._kept.get(domain.uuid)
