@@ -72,10 +72,11 @@ def test_kept_only_while_the_saved_files_are_the_same_and_only_once_trusted(tmp_
     reads = (a.reads, b.reads)          # read since trusted is still the same bytes -> kept)
     cache.read([listed(a), listed(b)])
     assert (a.reads, b.reads) == reads  # nothing new saved: nothing read
-    files.save("b", config="cfg b 1")  # a change to b's definition only
     b.config = "<domain><name>b</name><!-- config 1 --></domain>"
+    files.save("b", config=b.config)  # a change to b's definition only
     xml = {x.listed.name: x for x in cache.read([listed(a), listed(b)])}
-    assert xml["b"].config == b.config and a.reads == reads[0]
+    # its definition taken from the file (trusted), its live XML asked of libvirt
+    assert xml["b"].config == b.config and a.reads == reads[0] and b.reads == reads[1] + 1
     # b stopped: its flags differ, and it has no live state file any more
     (files.state / "b.xml").unlink()
     before_reads = b.reads
@@ -247,3 +248,36 @@ def test_one_list_call_once_trusted_gives_libvirts_own_flags(guests, volume_driv
     assert flags() == libvirts() == {persistent.name(): (True, False),
                                      transient.name(): (True, True),
                                      stopped.name(): (False, True)}
+
+
+@pytest.mark.hypervisor
+def test_a_running_guests_saved_definition_is_what_libvirt_returns_for_it(
+        guests, volume_driver, system_conn, tmp_path) -> None:
+    """The XML cache takes a running guest's definition from the file libvirt saves it in
+    (once trusted): for every disk decision it is what ``XMLDesc(VIR_DOMAIN_XML_INACTIVE)``
+    returns -- the driver's own disks, one in the definition only, a swap note's metadata."""
+    from tests.support.volumes import file_volume
+    from virtdriver.config import DomainDisks
+    from virtdriver.hypervisor.metadata import set_note
+    from virtdriver.hypervisor.xmlcache import CONFIG_DIR
+
+    guest = guests.start("def")
+    images = [tmp_path / f"{n}.raw" for n in ("a", "b", "c")]
+    for path in images:
+        path.write_bytes(b"\0" * 65536)
+    rw = volume_driver.attach_volume(file_volume(str(images[0]), multiattach=True), guest.name())
+    volume_driver.attach_volume(file_volume(str(images[1]), multiattach=True), guest.name(),
+                                attach_mode="ro")
+    guest.attachDeviceFlags(f"<disk type='file' device='disk'><driver name='qemu' type='raw'/>"
+                            f"<source file='{images[2]}'/><target dev='vdc' bus='virtio'/>"
+                            "</disk>", libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+    set_note(guest, f"ua-{rw.volumeId}", "5b1e0c3a-7f2d-4e8b-9a61-3c4d5e6f7a8b",
+             f"file|{images[0]}", live=False, persistent=True)
+    saved = (CONFIG_DIR / f"{guest.name()}.xml").read_text()
+    returned = guest.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+    from_file, from_libvirt = DomainDisks.from_xml(saved), DomainDisks.from_xml(returned)
+    assert len(from_file.disks) == 3
+    assert from_file.disks == from_libvirt.disks
+    assert from_file.controllers == from_libvirt.controllers
+    assert from_file.metadata == from_libvirt.metadata
+    assert from_file.other_drive_units == from_libvirt.other_drive_units

@@ -95,12 +95,15 @@ class ListedDomain:
     def is_instance(self, instance: str) -> bool:
         return names_instance(self.name, self.uuid, instance)
 
-    def read(self) -> DomainXml:
-        """Read the XML (live, and the definition of a running persistent domain)."""
+    def read(self, definition: str | None = None) -> DomainXml:
+        """Read the XML (live, and the definition of a running persistent domain).
+        ``definition``: that definition as libvirt saved it, when the caller read it (and
+        trusts the file to be this libvirt's: :mod:`~virtdriver.hypervisor.xmlcache`)."""
         current = self.dom.XMLDesc(0)  # the definition when not running
         config = None
         if self.active and self.persistent:
-            config = self.dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+            config = (definition if definition is not None
+                      else self.dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
         return DomainXml(self, current, config)
 
 

@@ -26,7 +26,11 @@ It is used only where it can be trusted:
 - per domain only when the files it must have (the definition of a persistent domain, the state
   of a running one) are readable.
 
-A domain the cache answers for costs two small file reads instead of two calls to libvirtd.
+A domain the cache answers for costs two small file reads instead of two calls to libvirtd. One
+it cannot answer for costs one call: its live XML; a running domain's definition is the file just
+read, the definition libvirt keeps (it returns the same for ``VIR_DOMAIN_XML_INACTIVE``, without
+the file's header comment and the secure parts such as a VNC password, which no disk decision
+reads; tests/test_xmlcache.py compares the two on a real guest).
 
 The same files halve the lists: once a change of this process's was seen in the definitions'
 directory too, the host is listed in one call (every domain, each with its id, ``-1`` when it
@@ -127,8 +131,14 @@ class XmlCache:
             if saved is not None and trusted and kept is not None and kept[0] == key:
                 found.append(DomainXml(domain, kept[1], kept[2]))
                 continue
+            # A running domain's definition is the file libvirt keeps it in, once trusted: it
+            # saves a definition there before the call that changed it returns, and reloads it
+            # from there when it starts (what it returns for VIR_DOMAIN_XML_INACTIVE, plus a
+            # header comment and the secure parts, neither of which a disk decision reads).
+            definition = (_text(saved[0]) if trusted and saved is not None
+                          and saved[0] is not None else None)
             try:
-                xml = domain.read()  # after the files were read: a change in between shows
+                xml = domain.read(definition)  # after the files were read: a change shows
             except libvirt.libvirtError as exc:
                 if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
                     raise
@@ -175,3 +185,11 @@ class XmlCache:
         with self._lock:
             self._kept.clear()
             self.trusted = self.definitions_seen = False
+
+
+def _text(saved: bytes) -> str | None:
+    """A saved definition as text (``None``, so that libvirt is asked, if it is not UTF-8)."""
+    try:
+        return saved.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
