@@ -75,8 +75,19 @@ def test_kept_only_while_the_saved_files_are_the_same_and_only_once_trusted(tmp_
     b.config = "<domain><name>b</name><!-- config 1 --></domain>"
     files.save("b", config=b.config)  # a change to b's definition only
     xml = {x.listed.name: x for x in cache.read([listed(a), listed(b)])}
-    # its definition taken from the file (trusted), its live XML asked of libvirt
-    assert xml["b"].config == b.config and a.reads == reads[0] and b.reads == reads[1] + 1
+    # both asked of libvirt: only a live state of ours was seen changing, not a definition
+    assert xml["b"].config == b.config and a.reads == reads[0] and b.reads == reads[1] + 2
+    before = cache.saved(listed(a))
+    a.config = "<domain><name>a</name><!-- config 1 --></domain>"
+    files.save("a", config=a.config)  # what libvirt does when we attach to a's definition
+    cache.confirm(listed(a), before)
+    b.config = "<domain><name>b</name><!-- config 2 --></domain>"
+    files.save("b", config=b.config)
+    reads = (a.reads, b.reads)
+    xml = {x.listed.name: x for x in cache.read([listed(a), listed(b)])}
+    # now a definition is the file libvirt keeps it in: only the live XML is asked of libvirt
+    assert xml["a"].config == a.config and xml["b"].config == b.config
+    assert (a.reads, b.reads) == (reads[0] + 1, reads[1] + 1)
     # b stopped: its flags differ, and it has no live state file any more
     (files.state / "b.xml").unlink()
     before_reads = b.reads

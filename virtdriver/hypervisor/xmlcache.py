@@ -128,14 +128,16 @@ class XmlCache:
             with self._lock:
                 kept = self._kept.get(domain.uuid)
                 trusted = self.trusted
+                definitions = trusted and self.definitions_seen and not self._refused
             if saved is not None and trusted and kept is not None and kept[0] == key:
                 found.append(DomainXml(domain, kept[1], kept[2]))
                 continue
-            # A running domain's definition is the file libvirt keeps it in, once trusted: it
+            # A running domain's definition is the file libvirt keeps it in, once that directory
+            # is trusted (a change of ours was seen there, as for the one-call list): it
             # saves a definition there before the call that changed it returns, and reloads it
             # from there when it starts (what it returns for VIR_DOMAIN_XML_INACTIVE, plus a
             # header comment and the secure parts, neither of which a disk decision reads).
-            definition = (_text(saved[0]) if trusted and saved is not None
+            definition = (_text(saved[0]) if definitions and saved is not None
                           and saved[0] is not None else None)
             try:
                 xml = domain.read(definition)  # after the files were read: a change shows
