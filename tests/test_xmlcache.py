@@ -125,16 +125,16 @@ def test_one_list_call_only_once_a_definitions_change_was_seen(tmp_path) -> None
     files.save("a", "cfg", "state")
     files.save("t", state="state t")  # running and transient: no definition file
     cache.confirm(listed(t, persistent=False), (None, b"state t 0"))  # a live change only
-    assert cache.trusted and cache.watching and not cache.lists_in_one_call
+    assert cache.trusted and cache.watching and not cache.definitions_trusted
     cache.confirm(listed(a), (b"cfg 0", b"state"))  # its definition changed too
-    assert cache.lists_in_one_call and not cache.watching
+    assert cache.definitions_trusted and not cache.watching
     assert cache.definition("a") == (True, b"cfg") and cache.definition("t") == (False, None)
     # the definition's bytes the listing read are the key's (read before any XML), once
     as_listed = ListedDomain(a, "a", "uuid-a", True, True, b"cfg as listed")
     assert cache.saved(as_listed, as_listed=True) == (b"cfg as listed", b"state")
     assert cache.saved(as_listed) == (b"cfg", b"state")  # after a change of ours: read anew
     cache.forget()  # a new connection: perhaps another daemon
-    assert not cache.lists_in_one_call and cache.watching
+    assert not cache.definitions_trusted and cache.watching
 
 
 def test_missing_files_mean_reading_and_a_vanished_domain_is_left_out(tmp_path) -> None:
@@ -223,9 +223,9 @@ def test_one_list_call_once_trusted_gives_libvirts_own_flags(guests, volume_driv
     stopped.destroy()
     image = tmp_path / "warm.raw"
     image.write_bytes(b"\0" * 65536)
-    assert not connection.xml.lists_in_one_call  # not before its own change was seen
+    assert not connection.xml.definitions_trusted  # not before its own change was seen
     volume_driver.attach_volume(file_volume(str(image), multiattach=True), persistent.name())
-    assert connection.xml.lists_in_one_call
+    assert connection.xml.definitions_trusted
 
     def flags() -> dict[str, tuple[bool, bool]]:
         mine = {persistent.name(), transient.name(), stopped.name()}

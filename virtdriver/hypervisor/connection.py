@@ -74,7 +74,7 @@ class Connection:
         which then say which running domains are defined."""
         cache = self.xml
         conn = self.get()
-        if cache is not None and cache.lists_in_one_call:
+        if cache is not None and cache.definitions_trusted:
             return list_domains(conn, cache.definition)
         return list_domains(conn)
 

@@ -117,48 +117,43 @@ def _note_holder(fd: int, operation: str) -> None:
         os.pwrite(fd, note[:NOTE_WIDTH].ljust(NOTE_WIDTH), 0)
 
 
-@contextlib.contextmanager
-def _exclusive(path: str, what: str, operation: str, timeout: float,
-               notice_after: float = NOTICE_AFTER) -> Iterator[None]:
-    fd = _open(path)
-    try:
-        _acquire(fd, path, what, timeout, notice_after)
-        _note_holder(fd, operation)
-        yield
-    finally:
-        os.close(fd)  # closing the last descriptor releases the lock
+def _volume_file(lock_dir: Path, volume_id: str) -> tuple[str, str]:
+    """A volume's lock file and how a wait for it is described."""
+    return f"{lock_dir}/volume-{file_token(volume_id)}.lock", f"volume {volume_id}"
+
+
+def _data_file(lock_dir: Path, token: str, described: str) -> tuple[str, str]:
+    """A piece of data's lock file and how a wait for it is described."""
+    return f"{lock_dir}/data-{token}.lock", f"the data of {described}"
 
 
 def volume_lock(lock_dir: Path, volume_id: str, *, operation: str = "an operation",
                 timeout: float = DEFAULT_TIMEOUT,
                 notice_after: float = NOTICE_AFTER) -> contextlib.AbstractContextManager[None]:
     """Hold the exclusive lock of ``volume_id`` (threads and processes alike)."""
-    return _exclusive(f"{lock_dir}/volume-{file_token(volume_id)}.lock", f"volume {volume_id}",
-                      operation, timeout, notice_after)
+    return _Locks([_volume_file(lock_dir, volume_id)], operation, timeout, notice_after)
 
 
 def data_lock(lock_dir: Path, token: str, described: str, *, operation: str = "an operation",
               timeout: float = DEFAULT_TIMEOUT,
               notice_after: float = NOTICE_AFTER) -> contextlib.AbstractContextManager[None]:
     """Hold the exclusive lock of one piece of data (``token`` from ``dataid.identity_token``)."""
-    return _exclusive(f"{lock_dir}/data-{token}.lock", f"the data of {described}", operation,
-                      timeout, notice_after)
+    return _Locks([_data_file(lock_dir, token, described)], operation, timeout, notice_after)
 
 
 def locks(lock_dir: Path, volumes: list[str], data: list[tuple[str, str]], *, operation: str,
           timeout: float = DEFAULT_TIMEOUT,
           notice_after: float = NOTICE_AFTER) -> contextlib.AbstractContextManager[None]:
     """Volume locks, then data locks, each set in sorted order (so two callers never deadlock)."""
-    wanted = ([(f"{lock_dir}/volume-{file_token(vid)}.lock", f"volume {vid}")
-               for vid in sorted(set(volumes))]
-              + [(f"{lock_dir}/data-{token}.lock", f"the data of {described}")
-                 for token, described in sorted(set(data))])
+    wanted = ([_volume_file(lock_dir, vid) for vid in sorted(set(volumes))]
+              + [_data_file(lock_dir, token, described) for token, described in sorted(set(data))])
     return _Locks(wanted, operation, timeout, notice_after)
 
 
 class _Locks(contextlib.AbstractContextManager[None]):
     """Lock files taken in the given order from ``__enter__`` to ``__exit__``, released in the
-    reverse order (a class, not a generator: the attach path takes these on every call)."""
+    reverse order (a class, not a generator: the attach path takes these on every call). The
+    single locks (:func:`volume_lock`, :func:`data_lock`) are a list of one."""
 
     def __init__(self, wanted: list[tuple[str, str]], operation: str, timeout: float,
                  notice_after: float) -> None:
@@ -239,7 +234,7 @@ def guest_lock(lock_dir: Path, guest_uuid: str, *, timeout: float = DEFAULT_TIME
 
 def lock_is_free(lock_dir: Path, volume_id: str) -> bool:
     """True when nobody holds the volume's lock (for checks and audits)."""
-    path = lock_dir / f"volume-{file_token(volume_id)}.lock"
+    path = _volume_file(lock_dir, volume_id)[0]
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     except OSError:

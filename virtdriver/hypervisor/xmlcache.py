@@ -109,10 +109,11 @@ class XmlCache:
             return os.path.lexists(f"{self._config}{name}.xml"), None
 
     @property
-    def lists_in_one_call(self) -> bool:
-        """Whether :meth:`definition` may stand in for libvirt's list of defined domains: only once
-        the files are trusted (:meth:`confirm`) and a change of this process's to a definition
-        was seen in the definitions' directory itself."""
+    def definitions_trusted(self) -> bool:
+        """Whether libvirt's definition files may stand in for libvirt itself -- for its list of
+        defined domains (:meth:`definition`) and for a running domain's definition (:meth:`read`):
+        only once the files are trusted (:meth:`confirm`) and a change of this process's to a
+        definition was seen in the definitions' directory itself."""
         return self.trusted and self.definitions_seen and not self._refused
 
     def read(self, listed: Iterable[ListedDomain], *, every: bool = False) -> list[DomainXml]:
@@ -128,7 +129,7 @@ class XmlCache:
             with self._lock:
                 kept = self._kept.get(domain.uuid)
                 trusted = self.trusted
-                definitions = trusted and self.definitions_seen and not self._refused
+                definitions = self.definitions_trusted
             if saved is not None and trusted and kept is not None and kept[0] == key:
                 found.append(DomainXml(domain, kept[1], kept[2]))
                 continue
