@@ -55,48 +55,74 @@ def listed(dom: FakeDom, active: bool = True, persistent: bool = True,
     return ListedDomain(dom, name or dom.name, f"uuid-{dom.name}", active, persistent)
 
 
+def status(name: str, n: int) -> str:
+    """What libvirt saves of a running domain: its live XML inside ``<domstatus>``, with
+    ``<privateData>`` parts of its own (in a disk's source, and of the whole domain)."""
+    return (f"<domstatus state='running' pid='1'>\n  <domain type='kvm' id='1'>\n"
+            f"    <name>{name}</name><!-- live {n} -->\n    <devices><disk type='file'>"
+            "<source file='/x'>\n        <privateData>\n          <nodenames/>\n"
+            "        </privateData>\n      </source><privateData/></disk></devices>\n"
+            "  </domain>\n  <privateData><qom/></privateData>\n</domstatus>\n")
+
+
+def live_of(name: str, n: int) -> str:
+    """The live XML libvirt returns for what :func:`status` saved (the same document, compared
+    without whitespace-only text)."""
+    return (f"<domain type='kvm' id='1'>\n    <name>{name}</name><!-- live {n} -->\n"
+            "    <devices><disk type='file'><source file='/x'>\n      </source></disk>"
+            "</devices>\n  </domain>")
+
+
 def test_kept_only_while_the_saved_files_are_the_same_and_only_once_trusted(tmp_path) -> None:
     files = Saved(tmp_path)
     cache = XmlCache(files.config, files.state)
     a, b = FakeDom("a"), FakeDom("b")
-    files.save("a", "cfg a 0", "state a 0")
-    files.save("b", "cfg b 0", "state b 0")
+    files.save("a", "cfg a 0", status("a", 0))
+    files.save("b", "cfg b 0", status("b", 0))
     cache.read([listed(a), listed(b)])
     cache.read([listed(a), listed(b)])
     assert (a.reads, b.reads) == (4, 4)  # not trusted yet: read every time
     before = cache.saved(listed(a))
-    files.save("a", state="state a 1")  # what libvirt does when we hot-plug
+    files.save("a", state=status("a", 1))  # what libvirt does when we hot-plug
     cache.confirm(listed(a), before)
-    assert cache.trusted
-    cache.read([listed(a), listed(b)])  # a changed since it was read: read; b: read (first
-    reads = (a.reads, b.reads)          # read since trusted is still the same bytes -> kept)
+    assert cache.trusted and cache.states_trusted and not cache.definitions_trusted
+    # a changed since it was read: its live XML is the file's now, its definition is asked of
+    # libvirt (no change of ours was seen in that directory); b: the same bytes -> kept
+    xml = {x.listed.name: x for x in cache.read([listed(a), listed(b)])}
+    assert _canonical(xml["a"].current) == _canonical(live_of("a", 1)) and (a.reads, b.reads) == (5, 4)
+    reads = (a.reads, b.reads)
     cache.read([listed(a), listed(b)])
     assert (a.reads, b.reads) == reads  # nothing new saved: nothing read
     b.config = "<domain><name>b</name><!-- config 1 --></domain>"
     files.save("b", config=b.config)  # a change to b's definition only
     xml = {x.listed.name: x for x in cache.read([listed(a), listed(b)])}
-    # both asked of libvirt: only a live state of ours was seen changing, not a definition
-    assert xml["b"].config == b.config and a.reads == reads[0] and b.reads == reads[1] + 2
+    # its definition asked of libvirt: only a live state of ours was seen changing
+    assert xml["b"].config == b.config and _canonical(xml["b"].current) == _canonical(live_of("b", 0))
+    assert a.reads == reads[0] and b.reads == reads[1] + 1
     before = cache.saved(listed(a))
     a.config = "<domain><name>a</name><!-- config 1 --></domain>"
     files.save("a", config=a.config)  # what libvirt does when we attach to a's definition
     cache.confirm(listed(a), before)
+    assert cache.definitions_trusted and not cache.watching
     b.config = "<domain><name>b</name><!-- config 2 --></domain>"
-    files.save("b", config=b.config)
+    files.save("b", config=b.config, state=status("b", 2))
     reads = (a.reads, b.reads)
     xml = {x.listed.name: x for x in cache.read([listed(a), listed(b)])}
-    # now a definition is the file libvirt keeps it in: only the live XML is asked of libvirt
+    # now both of a domain's XML documents are the files libvirt keeps them in: nothing asked
     assert xml["a"].config == a.config and xml["b"].config == b.config
-    assert (a.reads, b.reads) == (reads[0] + 1, reads[1] + 1)
-    # b stopped: its flags differ, and it has no live state file any more
+    assert _canonical(xml["b"].current) == _canonical(live_of("b", 2))
+    assert (a.reads, b.reads) == reads
+    # b stopped: its flags differ, it has no live state file any more, its definition is all
     (files.state / "b.xml").unlink()
-    before_reads = b.reads
-    cache.read([listed(a), listed(b, active=False)])
-    assert b.reads == before_reads + 1
+    stopped = cache.read([listed(a), listed(b, active=False)])[1]
+    assert stopped.current == b.config and stopped.config is None and b.reads == reads[1]
     # renamed: another name, other files
     files.save("b2", "cfg b 1")
-    cache.read([listed(a), listed(b, active=False, name="b2")])
-    assert b.reads == before_reads + 2
+    assert cache.read([listed(a), listed(b, active=False, name="b2")])[1].current == "cfg b 1"
+    # a live state file without a domain in it (not libvirt's form): asked of libvirt
+    files.save("b", state="<domstatus/>")
+    assert cache.read([listed(b, persistent=False)])[0].current == b.live
+    assert b.reads == reads[1] + 1
 
 
 def test_a_change_of_ours_that_does_not_show_in_the_files_ends_the_cache(tmp_path) -> None:
@@ -262,18 +288,33 @@ def test_one_list_call_once_trusted_gives_libvirts_own_flags(guests, volume_driv
 
 
 @pytest.mark.hypervisor
-def test_a_running_guests_saved_definition_is_what_libvirt_returns_for_it(
+def _canonical(xml: str) -> bytes:
+    """The document with whitespace-only text left out, in canonical form."""
+    from lxml import etree
+
+    root = etree.fromstring(xml.encode())
+    for node in root.iter():
+        if node.text is not None and not node.text.strip():
+            node.text = None
+        if node.tail is not None and not node.tail.strip():
+            node.tail = None
+    return etree.tostring(root, method="c14n")
+
+
+def test_a_running_guests_saved_xml_is_what_libvirt_returns_for_it(
         guests, volume_driver, system_conn, tmp_path) -> None:
-    """The XML cache takes a running guest's definition from the file libvirt saves it in
-    (once trusted): for every disk decision it is what ``XMLDesc(VIR_DOMAIN_XML_INACTIVE)``
-    returns -- the driver's own disks, one in the definition only, a swap note's metadata."""
+    """The XML cache takes a running guest's XML from the files libvirt saves it in (once
+    trusted): the definition is what ``XMLDesc(VIR_DOMAIN_XML_INACTIVE)`` returns for every disk
+    decision, and the live state's ``<domain>`` is what ``XMLDesc`` returns, the same document
+    -- the driver's own disks, one in the definition only, one in the live XML only, a swap
+    note's metadata in each."""
     from tests.support.volumes import file_volume
     from virtdriver.config import DomainDisks
-    from virtdriver.hypervisor.metadata import set_note
-    from virtdriver.hypervisor.xmlcache import CONFIG_DIR
+    from virtdriver.hypervisor.metadata import NS, parse_notes, set_note
+    from virtdriver.hypervisor.xmlcache import CONFIG_DIR, STATE_DIR, saved_live_xml
 
     guest = guests.start("def")
-    images = [tmp_path / f"{n}.raw" for n in ("a", "b", "c")]
+    images = [tmp_path / f"{n}.raw" for n in ("a", "b", "c", "d")]
     for path in images:
         path.write_bytes(b"\0" * 65536)
     rw = volume_driver.attach_volume(file_volume(str(images[0]), multiattach=True), guest.name())
@@ -282,8 +323,12 @@ def test_a_running_guests_saved_definition_is_what_libvirt_returns_for_it(
     guest.attachDeviceFlags(f"<disk type='file' device='disk'><driver name='qemu' type='raw'/>"
                             f"<source file='{images[2]}'/><target dev='vdc' bus='virtio'/>"
                             "</disk>", libvirt.VIR_DOMAIN_AFFECT_CONFIG)
-    set_note(guest, f"ua-{rw.volumeId}", "5b1e0c3a-7f2d-4e8b-9a61-3c4d5e6f7a8b",
-             f"file|{images[0]}", live=False, persistent=True)
+    guest.attachDeviceFlags(f"<disk type='file' device='disk'><driver name='qemu' type='raw'/>"
+                            f"<source file='{images[3]}'/><target dev='sdd' bus='scsi'/>"
+                            "<readonly/></disk>", libvirt.VIR_DOMAIN_AFFECT_LIVE)
+    for live in (False, True):
+        set_note(guest, f"ua-{rw.volumeId}", "5b1e0c3a-7f2d-4e8b-9a61-3c4d5e6f7a8b",
+                 f"file|{images[0]}", live=live, persistent=not live)
     saved = (CONFIG_DIR / f"{guest.name()}.xml").read_text()
     returned = guest.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
     from_file, from_libvirt = DomainDisks.from_xml(saved), DomainDisks.from_xml(returned)
@@ -292,3 +337,15 @@ def test_a_running_guests_saved_definition_is_what_libvirt_returns_for_it(
     assert from_file.controllers == from_libvirt.controllers
     assert from_file.metadata == from_libvirt.metadata
     assert from_file.other_drive_units == from_libvirt.other_drive_units
+    live = saved_live_xml((STATE_DIR / f"{guest.name()}.xml").read_bytes())
+    assert live is not None
+    from_file, from_libvirt = DomainDisks.from_xml(live), DomainDisks.from_xml(guest.XMLDesc(0))
+    assert len(from_file.disks) == 3
+    assert from_file.disks == from_libvirt.disks
+    assert from_file.controllers == from_libvirt.controllers
+    # the notes read the same (the saved text is indented one level deeper)
+    notes = parse_notes(from_file.metadata.get(NS))
+    assert notes and notes == parse_notes(from_libvirt.metadata.get(NS))
+    assert from_file.other_drive_units == from_libvirt.other_drive_units
+    # the whole document: libvirt saves its live state with the secure parts
+    assert _canonical(live) == _canonical(guest.XMLDesc(libvirt.VIR_DOMAIN_XML_SECURE))

@@ -95,11 +95,14 @@ class ListedDomain:
     def is_instance(self, instance: str) -> bool:
         return names_instance(self.name, self.uuid, instance)
 
-    def read(self, definition: str | None = None) -> DomainXml:
+    def read(self, definition: str | None = None, live: str | None = None) -> DomainXml:
         """Read the XML (live, and the definition of a running persistent domain).
-        ``definition``: that definition as libvirt saved it, when the caller read it (and
-        trusts the file to be this libvirt's: :mod:`~virtdriver.hypervisor.xmlcache`)."""
-        current = self.dom.XMLDesc(0)  # the definition when not running
+        ``definition`` and ``live``: that definition and the live XML as libvirt saved them,
+        when the caller read them (and trusts the files to be this libvirt's:
+        :mod:`~virtdriver.hypervisor.xmlcache`); what is not given is asked of libvirt."""
+        if not self.active:  # a domain that does not run has its definition only
+            live = definition
+        current = live if live is not None else self.dom.XMLDesc(0)
         config = None
         if self.active and self.persistent:
             config = (definition if definition is not None

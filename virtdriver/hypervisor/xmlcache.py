@@ -27,10 +27,15 @@ It is used only where it can be trusted:
   of a running one) are readable.
 
 A domain the cache answers for costs two small file reads instead of two calls to libvirtd. One
-it cannot answer for costs one call: its live XML; a running domain's definition is the file just
-read, the definition libvirt keeps (it returns the same for ``VIR_DOMAIN_XML_INACTIVE``, without
-the file's header comment and the secure parts such as a VNC password, which no disk decision
-reads; tests/test_xmlcache.py compares the two on a real guest).
+it cannot answer for (libvirt saved something new of it) costs no call either, once a change of
+this process's was seen in each of the two directories itself: its XML is what the files just
+read hold. Their bytes are the key, so the XML and its key can never
+disagree; and what the files hold is what libvirt returns -- the definition's file is what it
+returns for ``VIR_DOMAIN_XML_INACTIVE`` (with a header comment and the secure parts such as a VNC
+password, which no disk decision reads), the live state's file holds the live XML as
+``<domstatus><domain>`` (with ``<privateData>`` parts of libvirt's own, left out when read).
+tests/test_xmlcache.py compares both with what libvirt returns on a real guest. Before the
+files are trusted, or when one cannot be read, the XML is asked of libvirt.
 
 The same files halve the lists: once a change of this process's was seen in the definitions'
 directory too, the host is listed in one call (every domain, each with its id, ``-1`` when it
@@ -42,6 +47,7 @@ domains it left running.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -70,6 +76,7 @@ class XmlCache:
         self.usable = config_dir.is_dir() and state_dir.is_dir()
         self.trusted = False  # set by confirm(): our own change was seen in the files
         self.definitions_seen = False  # ... and one of them in a definition's file
+        self.states_seen = False  # ... and one of them in a live state's file
         self._refused = False  # a change of ours did not show: never trusted again
         self._lock = threading.Lock()
         self._kept: dict[str, tuple[tuple[str, bool, bool, Saved], str, str | None]] = {}
@@ -116,6 +123,13 @@ class XmlCache:
         definition was seen in the definitions' directory itself."""
         return self.trusted and self.definitions_seen and not self._refused
 
+    @property
+    def states_trusted(self) -> bool:
+        """Whether libvirt's live-state files may stand in for its live XML (:meth:`read`):
+        only once the files are trusted and a change of this process's to a running domain was
+        seen in the live states' directory itself."""
+        return self.trusted and self.states_seen and not self._refused
+
     def read(self, listed: Iterable[ListedDomain], *, every: bool = False) -> list[DomainXml]:
         """Each listed domain's XML: kept, when libvirt saved nothing new of it since it was read
         (and the cache is trusted), else read from libvirt now. A domain that vanished meanwhile
@@ -129,19 +143,21 @@ class XmlCache:
             with self._lock:
                 kept = self._kept.get(domain.uuid)
                 trusted = self.trusted
-                definitions = self.definitions_trusted
+                definitions, states = self.definitions_trusted, self.states_trusted
             if saved is not None and trusted and kept is not None and kept[0] == key:
                 found.append(DomainXml(domain, kept[1], kept[2]))
                 continue
-            # A running domain's definition is the file libvirt keeps it in, once that directory
-            # is trusted (a change of ours was seen there, as for the one-call list): it
-            # saves a definition there before the call that changed it returns, and reloads it
-            # from there when it starts (what it returns for VIR_DOMAIN_XML_INACTIVE, plus a
-            # header comment and the secure parts, neither of which a disk decision reads).
-            definition = (_text(saved[0]) if definitions and saved is not None
-                          and saved[0] is not None else None)
+            # What the files hold is the XML, once trusted (see the module's description): the
+            # definition once a change of ours was seen in its directory, the live XML once one
+            # was seen in the live state's. What they cannot give is asked of libvirt.
+            definition = live = None
+            if saved is not None:
+                if states and saved[1] is not None:
+                    live = saved_live_xml(saved[1])
+                if definitions and saved[0] is not None:
+                    definition = _text(saved[0])
             try:
-                xml = domain.read(definition)  # after the files were read: a change shows
+                xml = domain.read(definition, live)  # asked after the files: a change shows
             except libvirt.libvirtError as exc:
                 if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
                     raise
@@ -160,9 +176,10 @@ class XmlCache:
 
     @property
     def watching(self) -> bool:
-        """True until a change of this process's was seen (or not seen) in the files, both
-        directories' (or one was not seen)."""
-        return not (self.trusted and self.definitions_seen) and not self._refused
+        """True until a change of this process's was seen in both directories' files (or one
+        was not seen at all)."""
+        return not (self.trusted and self.definitions_seen and self.states_seen) \
+            and not self._refused
 
     def confirm(self, listed: ListedDomain, before: Saved | None) -> None:
         """After this process changed ``listed`` (a hot-plug, a removal, a definition change):
@@ -182,12 +199,33 @@ class XmlCache:
                 self.trusted = True
                 if before[0] is not None and after[0] != before[0]:
                     self.definitions_seen = True
+                if before[1] is not None and after[1] != before[1]:
+                    self.states_seen = True
 
     def forget(self) -> None:
         """Drop everything kept and the trust (a new connection: perhaps another daemon)."""
         with self._lock:
             self._kept.clear()
-            self.trusted = self.definitions_seen = False
+            self.trusted = self.definitions_seen = self.states_seen = False
+
+
+# (no leading whitespace in the pattern: a pattern that starts with a literal is searched for
+# quickly; the blank text left in its place means nothing in a domain's XML)
+_PRIVATE = re.compile(r"<privateData\b(?:[^>]*/>|.*?</privateData>)", re.S)
+
+
+def saved_live_xml(saved: bytes) -> str | None:
+    """The live XML in libvirt's saved live state (``None`` when it is not there): the
+    ``<domain>`` inside ``<domstatus>``, without the ``<privateData>`` parts (QEMU node names,
+    QOM paths) that libvirt keeps there for itself and leaves out of the XML it returns."""
+    text = _text(saved)
+    if text is None:
+        return None
+    start, end = text.find("<domain "), text.rfind("</domain>")
+    if start < 0 or end < start:
+        return None
+    domain = text[start:end + len("</domain>")]
+    return _PRIVATE.sub("", domain) if "<privateData" in domain else domain
 
 
 def _text(saved: bytes) -> str | None:
