@@ -9,7 +9,6 @@ traceback.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 import warnings
@@ -34,6 +33,26 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(message)
 
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        # argparse makes a formatter for every argument it adds (to check its metavar), and a
+        # formatter without a width imports shutil (bz2, lzma) to size the terminal: the width
+        # is found here the way shutil.get_terminal_size finds it.
+        return self.formatter_class(prog=self.prog, width=_terminal_width() - 2)
+
+
+def _terminal_width() -> int:
+    """$COLUMNS, else the terminal's width, else 80 (as shutil.get_terminal_size says)."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
 
 def _render(args: argparse.Namespace) -> int:
     from virtdriver.policy import check_hotplug_bus
@@ -41,6 +60,8 @@ def _render(args: argparse.Namespace) -> int:
 
     check_hotplug_bus(args.bus, "--bus")  # render prints what attach would use
     info, mode = read_volume(args.connection_info, args.attach_mode, args.multiattach)
+    if isinstance(info.get("data"), dict) and "qos_specs" in info["data"]:
+        _quiet_logging()  # what rendering logs: an unknown QoS key (logging is imported then)
     disk = build_disk(
         info, attach_mode=mode,
         target_dev=args.target_dev or DEFAULT_TARGET[args.bus], bus=args.bus, device=args.device,
@@ -156,7 +177,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     warnings.simplefilter("ignore")  # os-brick's eventlet warnings are not for the operator
-    _quiet_logging()
     try:
         prepare_output()
         if argv is not None and (isinstance(argv, (str, bytes)) or not isinstance(argv, Sequence)
@@ -164,6 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(f"arguments: {type(argv).__name__} {str(argv)[:60]!r} is not a "
                              "list of strings")
         args = parse_args(argv)
+        if args.command != "render":  # render sets logging up itself, only if it may log
+            _quiet_logging()
         code = int(args.func(args))
         finish_output()
         return code
@@ -186,24 +208,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-class _OneLineFormatter(logging.Formatter):
-    """Log records as single lines: no tracebacks on the operator's terminal."""
-
-    def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
-        return ""
-
-    def format(self, record: logging.LogRecord) -> str:
-        record.exc_text = ""
-        return " ".join(super().format(record).split())
-
-
 def _quiet_logging() -> None:
     """virtdriver's own errors as one line each. os-brick's and oslo's logging (which logs whole
     tracebacks for a failed connect that we report as one typed error) comes through
     ``virtdriver.backend`` at DEBUG (see :mod:`virtdriver.hypervisor.brick`): not shown here."""
+    import logging
+
+    class OneLine(logging.Formatter):
+        """Log records as single lines: no tracebacks on the operator's terminal."""
+
+        def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
+            return ""
+
+        def format(self, record: logging.LogRecord) -> str:
+            record.exc_text = ""
+            return " ".join(super().format(record).split())
+
     if not logging.getLogger().handlers:
         handler = logging.StreamHandler()
-        handler.setFormatter(_OneLineFormatter("virtdriver: %(message)s"))
+        handler.setFormatter(OneLine("virtdriver: %(message)s"))
         logging.getLogger().addHandler(handler)
         logging.getLogger().setLevel(logging.ERROR)
         # A wait for another operation's lock is said as it happens (see hypervisor.locks).

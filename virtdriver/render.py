@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -25,7 +24,14 @@ from virtdriver.volume.base import RenderOptions, optional_bool, whole_number
 from virtdriver.policy.identity import UUID_PATTERN, alias_for, check_volume_id
 from virtdriver.volume.registry import get_driver
 
-LOG = logging.getLogger(__name__)
+
+
+def _warn(message: str, *args: object) -> None:
+    """A warning of this module's logger (logging imported here: rendering rarely warns, and a
+    command that renders need not pay for the import at its start)."""
+    import logging
+
+    logging.getLogger(__name__).warning(message, *args)
 
 BUS_PREFIX: Final = {"virtio": "vd", "scsi": "sd", "sata": "sd", "usb": "sd", "ide": "hd"}
 DEVICES: Final = ("disk", "lun")
@@ -238,7 +244,7 @@ def iotune_from_qos(qos: object) -> IoTune | None:
     values: dict[str, int] = {}
     for key, raw in qos.items():  # type: ignore[attr-defined]
         if key not in QOS_KEYS:
-            LOG.warning("ignoring unknown QoS key %r", key)
+            _warn("ignoring unknown QoS key %r", key)
             continue
         value = raw if raw.__class__ is int else whole_number(raw)
         if ((value.__class__ is not int and (isinstance(value, bool) or not isinstance(value, int)))

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from lxml import etree
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lxml import etree
+else:  # imported when first used (rendering does not read XML)
+    from virtdriver.config.lazy_lxml import etree
 
 from virtdriver.config.disk import Address, Alias, Disk, Target
 from virtdriver.config.model import parse_xml

@@ -23,7 +23,12 @@ import re
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
-from lxml import etree
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lxml import etree
+else:  # imported when first used (rendering does not read XML)
+    from virtdriver.config.lazy_lxml import etree
 
 from virtdriver.config.document import declared_encoding, read_document
 from virtdriver.config.reader import ATTR, CHILD, CHILDREN, FLAG, TEXT_CHILD, Unknown, indented
@@ -180,7 +185,9 @@ def element(tag: str) -> Callable[[type[E]], type[E]]:
     def build(cls: type[E]) -> type[E]:
         cls.__annotations__["unknown"] = "Unknown | None"
         cls.unknown = dataclasses.field(default=None, repr=False)  # type: ignore[assignment]
-        cls = dataclasses.dataclass(slots=True)(cls)  # type: ignore[assignment]
+        # (no slots: a slotted dataclass is made twice, a quarter of the time every command's
+        # start spends building the model's classes; attribute reads cost the same)
+        cls = dataclasses.dataclass(cls)  # type: ignore[assignment]
         cls.TAG = tag
         specs: list[_Spec] = []
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]

@@ -20,7 +20,12 @@ import dataclasses
 import re
 from typing import Any
 
-from lxml import etree
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lxml import etree
+else:  # imported when first used (rendering does not read XML)
+    from virtdriver.config.lazy_lxml import etree
 
 from virtdriver.errors import InvalidXMLValue, MalformedXML, UndeclaredXML
 
@@ -54,7 +59,14 @@ class Unknown:
 
 # Blank text is kept: in mixed content every space is meaningful. Layout whitespace between
 # elements is ignored by the reader and laid out anew by the writer (see _layout).
-_PARSER = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False)
+_PARSERS: list[Any] = []  # the one parser, made on first use (with lxml's import)
+
+
+def _parser() -> etree.XMLParser:
+    if not _PARSERS:
+        _PARSERS.append(etree.XMLParser(resolve_entities=False, no_network=True,
+                                        huge_tree=False))
+    return _PARSERS[0]
 _DECLARATION = re.compile(r"\s*<\?xml\s[^>]*\?>")
 
 
@@ -75,7 +87,7 @@ def parse_xml(text: str | bytes) -> etree._Element:
     elif not isinstance(text, (bytes, bytearray)):
         raise MalformedXML(f"text: a {type(text).__name__} is not XML text (str or bytes)")
     try:
-        return etree.fromstring(bytes(text), _PARSER)
+        return etree.fromstring(bytes(text), _parser())
     except etree.XMLSyntaxError as exc:
         # libxml2 knows fewer encoding names than Python ('latin-1'): decode those here
         decoded = decode_declared(bytes(text)) if "nsupported encoding" in str(exc) else None
@@ -136,7 +148,7 @@ def indented(raw: str, indent: str) -> str:
     if not raw.startswith("<") or raw.startswith(("<!--", "<?")):
         return raw
     try:
-        node = etree.fromstring(raw.encode("utf-8"), _PARSER)
+        node = etree.fromstring(raw.encode("utf-8"), _parser())
     except etree.XMLSyntaxError:  # e.g. an entity reference defined outside it: as it was
         return raw
     _layout(node, len(indent) // 2)

@@ -7,7 +7,6 @@ nothing is loaded, mounted or started. A probe returns ``(ok, why)`` with ``why`
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 SYS = Path("/sys")
@@ -25,6 +24,8 @@ MIN_OS_BRICK_NVMEOF = (6, 6, 0)
 
 def binary(name: str) -> bool:
     """A program on ``$PATH`` or in ``/sbin`` (root's tools are not always on a user's path)."""
+    import shutil  # here: rendering loads the protocols that probe, not their probes
+
     return shutil.which(name) is not None or Path("/sbin", name).exists() or Path(
         "/usr/sbin", name).exists()
 
