@@ -264,9 +264,10 @@ def main() -> None:
         "list of the host's domains (one call once libvirt's saved definitions are trusted, "
         "which then say which running domains are defined) and every domain's live and "
         "persistent XML as libvirt has it now (the "
-        "sharing and \"still used\" decisions), each domain's XML asked of libvirtd again only "
-        "when libvirt saved something new of it (its saved definition and live state compared "
-        "byte for byte), so the calls to libvirtd do not grow with the guests (the last column, "
+        "sharing and \"still used\" decisions), each domain's XML kept while libvirt's two "
+        "saved files of it (its definition and its live state) hold the same bytes, and read "
+        "from those files when libvirt saved something new of it, so the calls to libvirtd do "
+        "not grow with the guests nor with what changed them (the last column, "
         "counted in one untimed run; `benchmarks/profile_attach.py` names them); a look at each XML text for the volume's "
         "alias, a swap note, the identity of every source path or a network volume's name, so "
         "that only the guests that can hold the volume or its data are parsed; the crash-safe "
@@ -290,7 +291,8 @@ def main() -> None:
         "## The 'still used on this host' decision",
         "",
         "As detach takes it (`Host.users(volume, data)`): the list of domains, every domain's XML "
-        "as libvirt has it now (asked of libvirtd again only for the domains libvirt changed), "
+        "as libvirt has it now (read again, from libvirt's saved files, only for the domains "
+        "libvirt changed), "
         "the guests that can hold the volume or its data parsed (here every guest holds it: the "
         "worst case, which grows with the guests), the arrivals by live migration.",
         "",
