@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import codecs
 import re
-
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:

@@ -18,9 +18,7 @@ from __future__ import annotations
 import copy as copy_module
 import dataclasses
 import re
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from lxml import etree
@@ -67,6 +65,8 @@ def _parser() -> etree.XMLParser:
         _PARSERS.append(etree.XMLParser(resolve_entities=False, no_network=True,
                                         huge_tree=False))
     return _PARSERS[0]
+
+
 _DECLARATION = re.compile(r"\s*<\?xml\s[^>]*\?>")
 
 

@@ -29,8 +29,8 @@ It is used only where it can be trusted:
 A domain the cache answers for costs two small file reads instead of two calls to libvirtd. One
 it cannot answer for (libvirt saved something new of it) costs no call either, once a change of
 this process's was seen in each of the two directories itself: its XML is what the files just
-read hold. Their bytes are the key, so the XML and its key can never
-disagree; and what the files hold is what libvirt returns -- the definition's file is what it
+read hold. Their bytes are the key, so the XML and its key can never disagree; and what the
+files hold is what libvirt returns -- the definition's file is what it
 returns for ``VIR_DOMAIN_XML_INACTIVE`` (with a header comment and the secure parts such as a VNC
 password, which no disk decision reads), the live state's file holds the live XML as
 ``<domstatus><domain>`` (with ``<privateData>`` parts of libvirt's own, left out when read).
@@ -132,8 +132,8 @@ class XmlCache:
 
     def read(self, listed: Iterable[ListedDomain], *, every: bool = False) -> list[DomainXml]:
         """Each listed domain's XML: kept, when libvirt saved nothing new of it since it was read
-        (and the cache is trusted), else read from libvirt now. A domain that vanished meanwhile
-        is left out. ``every``: these are all the host's domains (the others are forgotten)."""
+        (and the cache is trusted), else read again -- from the files just read once they are
+        trusted, else from libvirt. A domain that vanished meanwhile is left out. ``every``: these are all the host's domains (the others are forgotten)."""
         found: list[DomainXml] = []
         seen = set()
         for domain in listed:
