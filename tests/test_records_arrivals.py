@@ -42,3 +42,36 @@ def test_arrivals_match_a_full_parse_of_every_record(tmp_path: Path) -> None:
     (records.records / "empty.json").write_text("")
     found = sorted(a.guest for a in records.arrivals())
     assert found == sorted(a.guest for a in slow_arrivals(records)) == ["g1", "g1", "g2", "g3"]
+
+
+def test_the_listing_that_finds_arrivals_says_which_volumes_have_a_record(tmp_path: Path) -> None:
+    """An attach reads the host (arrivals included) under the volume's lock, and only that
+    lock's holder makes or removes the volume's record: the listing then says whether the
+    volume has one, so a new volume's record is not looked for again. A damaged record in the
+    listing still stops the attach; without a listing, the record is read as before."""
+    from virtdriver.driver.host import Host
+    from virtdriver.driver.options import HostOptions
+    from virtdriver.errors import DamagedRecord
+    from virtdriver.hypervisor.volume_users import HostView
+
+    host = Host("qemu:///system", HostOptions(state_dir=tmp_path))
+    assert host.records.arrivals_listed() == ([], frozenset())  # no directory yet
+    host.records.save("kept", HostRecord(protocol="LOCAL", arriving=[ARRIVAL]))
+    (host.records.records / "damaged.json").write_text("{")
+    found, names = host.records.arrivals_listed()
+    assert [a.guest for a in found] == ["g1"]
+    assert names == frozenset({"kept.json", "damaged.json"})
+    view = HostView([], [], names)
+    assert host.check_record("kept", view).protocol == "LOCAL"
+    assert host.check_record("new", view) == HostRecord()
+    for seen in (view, HostView([], [], None), None):
+        try:
+            host.check_record("damaged", seen)
+            raise AssertionError("a damaged record was not refused")
+        except DamagedRecord:
+            pass
+    # a listing taken before a record appeared (never the case under the volume's lock) is
+    # what is believed: the listing, not another look, answers
+    host.records.save("later", HostRecord(protocol="LOCAL"))
+    assert host.check_record("later", view) == HostRecord()
+    assert host.check_record("later", None).protocol == "LOCAL"

@@ -9,6 +9,7 @@ connected, so the host ends as it was.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,7 +34,7 @@ from virtdriver.hypervisor.access import why_attach_refused
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.dataid import data_identity
 from virtdriver.hypervisor.domains import DiskUse, DomainXml, ListedDomain
-from virtdriver.hypervisor.locks import guest_generation, guest_lock
+from virtdriver.hypervisor.locks import GuestFile, guest_lock
 from virtdriver.hypervisor.mounts import check_guest_sees
 from virtdriver.hypervisor.targets import bus_for, pick_target
 from virtdriver.hypervisor.volume_users import HostView, Wanted
@@ -64,10 +65,11 @@ class Placement:
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """A guest an attach goes to: its XML as read, and its attach generation read before."""
+    """A guest an attach goes to: its XML as read, and its lock file opened before (with its
+    attach generation read then)."""
 
     domain: DomainXml
-    generation: int
+    file: GuestFile
 
     @property
     def name(self) -> str:
@@ -86,8 +88,9 @@ def attach(host: Host, connection_info: Mapping[str, Any], instances: Sequence[s
     refuse_fan_out(request.vid, request.multiattach, list(instances))
     host.check_label_policy()
     known = request.data_before_connect()  # what the data lock is taken for
-    with host.lock([request.vid], request.lock_data(known), "attach"):
-        targets, view = _read_host(host, instances)
+    with host.lock([request.vid], request.lock_data(known), "attach"), \
+            contextlib.ExitStack() as opened:
+        targets, view = _read_host(host, instances, opened)
         data = known if known is not None and known[0] != "key" else None
         uses = view.uses(request.vid, data)
         for target, placement in zip(targets, placements):
@@ -95,7 +98,7 @@ def attach(host: Host, connection_info: Mapping[str, Any], instances: Sequence[s
                 check_hotplug_bus(placement.bus, "bus")
             refuse_attach(request.vid, data, request.multiattach, target.uuid, target.name, uses)
         used_before = users_of(request.vid, data, uses)
-        record = host.check_record(request.vid)
+        record = host.check_record(request.vid, view)  # the view: read under the same lock
         attaching = False  # the connect's own typed errors (HostConnectFailed, ...) pass unchanged
         per_guest: list[Attachment | Exception] = []  # each guest's outcome, once one failed
         try:
@@ -119,8 +122,10 @@ def attach(host: Host, connection_info: Mapping[str, Any], instances: Sequence[s
     return results
 
 
-def _read_host(host: Host, instances: Sequence[str]) -> tuple[list[Target], HostView]:
-    """Every guest once; each target's attach generation is read before its disks."""
+def _read_host(host: Host, instances: Sequence[str],
+               opened: contextlib.ExitStack) -> tuple[list[Target], HostView]:
+    """Every guest once; each target's lock file is opened, and its attach generation read,
+    before its disks (``opened`` closes the files whose lock is never taken)."""
     lock_dir = host.options.lock_dir
     try:
         listed = host.connection.list_domains()
@@ -129,15 +134,18 @@ def _read_host(host: Host, instances: Sequence[str]) -> tuple[list[Target], Host
         raise HypervisorError("cannot read the host's guests", libvirt_message(exc)) from None
     if len({d.uuid for d in found}) != len(found):
         raise InvalidAttachRequest("the same guest is named twice (by name and by UUID)")
-    generations = [guest_generation(lock_dir, d.uuid) for d in found]
+    files = []
+    for d in found:
+        files.append(GuestFile(lock_dir, d.uuid))
+        opened.callback(files[-1].close)
     view = host.view(listed + [d for d in found if d not in listed])
     by_uuid = {d.listed.uuid: d for d in view.domains}
     targets = []
-    for instance, domain, generation in zip(instances, found, generations):
+    for instance, domain, file in zip(instances, found, files):
         if domain.uuid not in by_uuid:  # vanished between the list and the read
             host.connection.domain(instance)  # raises InstanceNotFound
             raise HypervisorError(f"guest {instance!r} changed while it was being read")
-        targets.append(Target(by_uuid[domain.uuid], generation))
+        targets.append(Target(by_uuid[domain.uuid], file))
     return targets, view
 
 
@@ -197,9 +205,9 @@ def _attach_guest(host: Host, request: VolumeRequest, target: Target, placement:
     # target and attaching are serialized per guest. The disks read with the host are still
     # current unless another attach raised the guest's generation meanwhile.
     with guest_lock(host.options.lock_dir, target.uuid, timeout=host.options.lock_timeout,
-                    notice_after=host.options.lock_notice_after) as guest:
+                    notice_after=host.options.lock_notice_after, opened=target.file) as guest:
         domain = target.domain
-        if guest.generation != target.generation:
+        if guest.generation != target.file.generation:
             try:
                 domain = domain.listed.read()
             except libvirt.libvirtError as exc:

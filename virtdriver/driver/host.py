@@ -129,7 +129,10 @@ class Host:
             raise HypervisorError("cannot read the host's guests", libvirt_message(exc)) from None
         domains += [d for d in read if isinstance(d, DomainXml)]
         view = HostView(domains)
-        return HostView(domains, self.arriving(view.present())) if arriving else view
+        if not arriving:
+            return view
+        uses, records = self._arriving(view.present())
+        return HostView(domains, uses, records)
 
     def states(self, mentioning: str | None = None) -> list[DomainState]:
         """Every guest on this host, parsed (see :meth:`DomainXml.state` for ``mentioning``)."""
@@ -156,7 +159,12 @@ class Host:
 
         A guest seen here has arrived: its note is removed (when its volume's lock is free), so
         that it never counts again once the guest has left."""
-        arrivals = self.records.arrivals()
+        return self._arriving(present)[0]
+
+    def _arriving(self, present: list[tuple[str, str]]
+                  ) -> tuple[list[Use], frozenset[str] | None]:
+        """:meth:`arriving`, and the records' file names as listed to find the notes."""
+        arrivals, records = self.records.arrivals_listed()
         waiting = still_arriving(arrivals, present)
         arrived = [a for a in arrivals if a not in waiting and a.token is not None]
         for vid in sorted({a.volume for a in arrived}):
@@ -166,7 +174,7 @@ class Host:
                     self.forget_arrivals(vid, tokens={a.token for a in arrived})
             except (LockTimeout, VirtDriverError) as exc:  # busy: its holder settles it
                 LOG.debug("arrival notes of volume %s left for later: %s", vid, exc)
-        return [a.as_use() for a in waiting]
+        return [a.as_use() for a in waiting], records
 
     def forget_arrivals(self, vid: str, *, guest: DomainState | str | None = None,
                         tokens: set[str | None] | None = None) -> list[Arrival]:
@@ -243,12 +251,17 @@ class Host:
             properties["enforce_multipath"] = True  # os-brick: fail without multipathd
         return properties
 
-    def check_record(self, vid: str) -> HostRecord:
+    def check_record(self, vid: str, view: HostView | None = None) -> HostRecord:
         """Stop with :class:`~virtdriver.errors.StateError` before anything changes when the
         volume's record is damaged (it could not say how to undo what the call would set up);
-        the record, a new one when there is none (for :meth:`connect`, under the same lock)."""
+        the record, a new one when there is none (for :meth:`connect`, under the same lock).
+        ``view``: the host as read under the volume's lock held since; when its listing of the
+        records has no file of the volume, there is none (only that lock's holder makes one)."""
         from virtdriver.hypervisor.hostconn import HostRecord
 
+        if view is not None and view.records is not None \
+                and self.records.path(vid).name not in view.records:
+            return HostRecord()
         return self.records.load(vid) or HostRecord()
 
     def release(self, vid: str, properties: dict[str, Any] | None = None) -> bool:

@@ -209,7 +209,13 @@ class HostConnections:
         return sorted(found), damaged
 
     def arrivals(self) -> list[Arrival]:
-        """Every guest expected here by live migration, over all readable records.
+        """Every guest expected here by live migration (see :meth:`arrivals_listed`)."""
+        return self.arrivals_listed()[0]
+
+    def arrivals_listed(self) -> tuple[list[Arrival], frozenset[str] | None]:
+        """Every guest expected here by live migration, over all readable records, and the
+        records' file names as listed to find them (``None`` when the directory could not be
+        listed for another reason than its absence).
 
         Every attach and detach asks, and a host has a record per connected volume; a record
         whose text has the key ``"arriving"`` once, with an empty list, has none and is not
@@ -217,7 +223,8 @@ class HostConnections:
         come from a string; a nested key of that name, with the top-level one missing, has no
         arrivals either)."""
         found = []
-        for name in self._names():
+        names = self._listed()
+        for name in names or ():
             try:
                 raw = read_bytes(f"{self.records}/{name}")
             except OSError:
@@ -230,17 +237,24 @@ class HostConnections:
                 continue
             if record is not None:
                 found += [Arrival.from_json(a) for a in record.arriving]
-        return found
+        return found, (frozenset(names) if names is not None else None)
 
     def _paths(self) -> list[Path]:
         return [self.records / name for name in self._names()]
 
     def _names(self) -> list[str]:
         """The records' file names, sorted."""
+        return self._listed() or []
+
+    def _listed(self) -> list[str] | None:
+        """The records' file names, sorted: none when there is no directory yet, ``None`` when
+        it cannot be listed."""
         try:
             names = os.listdir(self.records)
-        except OSError:
+        except FileNotFoundError:
             return []
+        except OSError:
+            return None
         return sorted(name for name in names if name.endswith(".json"))
 
     def connected(self) -> list[str]:

@@ -206,6 +206,33 @@ def guest_generation(lock_dir: Path, guest_uuid: str) -> int:
         os.close(fd)
 
 
+class GuestFile:
+    """A guest's lock file opened before its lock is taken: :attr:`generation` is the attach
+    generation read then (without the lock), and :func:`guest_lock` given this file locks the
+    same descriptor later -- one open of the file per attach, not one to read and one to lock.
+    The lock's release closes it; :meth:`close` closes it if the lock was never taken."""
+
+    def __init__(self, lock_dir: Path, guest_uuid: str) -> None:
+        self.guest_uuid = guest_uuid
+        self.path = _guest_lock_path(lock_dir, guest_uuid)
+        self.fd: int | None = _open(self.path)
+        try:
+            self.generation = _read_generation(self.fd)
+        except OSError:
+            self.generation = 0  # unreadable: the attach reads the guest again
+
+    def take(self) -> int:
+        """The open descriptor, now the lock's to close."""
+        fd, self.fd = self.fd, None
+        if fd is None:
+            raise StateError(f"the lock file {self.path} was used already")
+        return fd
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.take())
+
+
 class GuestLock:
     """A held guest lock: :attr:`generation` as found, :meth:`changed` to raise it."""
 
@@ -221,10 +248,13 @@ class GuestLock:
 
 @contextlib.contextmanager
 def guest_lock(lock_dir: Path, guest_uuid: str, *, timeout: float = DEFAULT_TIMEOUT,
-               notice_after: float = NOTICE_AFTER) -> Iterator[GuestLock]:
-    """Hold the exclusive lock of one guest (target choice and attach are serialized per guest)."""
+               notice_after: float = NOTICE_AFTER,
+               opened: GuestFile | None = None) -> Iterator[GuestLock]:
+    """Hold the exclusive lock of one guest (target choice and attach are serialized per guest).
+    ``opened``: the guest's lock file as :class:`GuestFile` opened it (its descriptor is locked,
+    and closed when the lock is released)."""
     path = _guest_lock_path(lock_dir, guest_uuid)
-    fd = _open(path)
+    fd = opened.take() if opened is not None else _open(path)
     try:
         _acquire(fd, path, f"guest {guest_uuid}", timeout, notice_after)
         yield GuestLock(fd)

@@ -117,6 +117,9 @@ class HostView:
     domains: list[DomainXml]
     # Users libvirt does not list (yet): guests expected here by live migration.
     arriving: list[Use] = dataclasses.field(default_factory=list)
+    # The host-connection records' file names, as listed to find those arrivals (None: not
+    # listed). Under a volume's lock they say whether that volume has a record.
+    records: frozenset[str] | None = None
     # Path identities found while looking, and the answers given: one read of the host is asked
     # about the same volume and data more than once (before the connect, then per guest).
     _paths: dict[str, DataIdentity] = dataclasses.field(default_factory=dict, repr=False,
