@@ -6,7 +6,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from virtdriver.hypervisor.locks import guest_generation, guest_lock, lock_is_free
+from virtdriver.hypervisor.locks import GuestFile, guest_lock, lock_is_free
+
+
+def guest_generation(lock_dir: Path, guest: str) -> int:
+    """The generation as an attach reads it before taking the guest's lock."""
+    opened = GuestFile(lock_dir, guest)
+    opened.close()
+    return opened.generation
 
 
 BUMP = """

@@ -12,13 +12,8 @@ from __future__ import annotations
 
 import codecs
 import re
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from lxml import etree
-else:  # imported when first used (rendering does not read XML)
-    from virtdriver.config.lazy_lxml import etree
-
+from virtdriver.config.lazy_lxml import etree  # imported when first used
 from virtdriver.config.reader import compact, decode_declared, describe, parse_xml
 from virtdriver.errors import UndeclaredXML
 

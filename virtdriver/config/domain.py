@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from lxml import etree
-else:  # imported when first used (rendering does not read XML)
-    from virtdriver.config.lazy_lxml import etree
-
+from virtdriver.config.lazy_lxml import etree  # imported when first used
 from virtdriver.config.disk import Address, Alias, Disk, Target
 from virtdriver.config.model import parse_xml
 

@@ -1,14 +1,14 @@
 """lxml's ``etree``, imported when first used.
 
 Rendering writes its XML itself (:mod:`virtdriver.config.model`) and never needs lxml, whose
-import costs about 8 ms of a command's start; reading XML does. The modules of this package name
-``etree`` as usual: to type checkers it is lxml's module, at run time this stand-in, which
-imports lxml on its first attribute and keeps each attribute it handed out as its own.
+import costs about 8 ms of a command's start; reading XML does. The modules of this package
+import ``etree`` from here: to type checkers it is lxml's module, at run time this stand-in,
+which imports lxml on its first attribute and keeps each attribute it handed out as its own.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 
 class _Etree:
@@ -20,4 +20,7 @@ class _Etree:
         return value
 
 
-etree: Any = _Etree()
+if TYPE_CHECKING:
+    from lxml import etree as etree
+else:
+    etree = _Etree()

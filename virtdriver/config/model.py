@@ -21,13 +21,9 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-if TYPE_CHECKING:
-    from lxml import etree
-else:  # imported when first used (rendering does not read XML)
-    from virtdriver.config.lazy_lxml import etree
-
+from virtdriver.config.lazy_lxml import etree  # imported when first used
 from virtdriver.config.document import declared_encoding, read_document
 from virtdriver.config.reader import ATTR, CHILD, CHILDREN, FLAG, TEXT_CHILD, Unknown, indented
 from virtdriver.config.reader import _escape_text as escape_text

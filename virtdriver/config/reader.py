@@ -18,13 +18,9 @@ from __future__ import annotations
 import copy as copy_module
 import dataclasses
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from lxml import etree
-else:  # imported when first used (rendering does not read XML)
-    from virtdriver.config.lazy_lxml import etree
-
+from virtdriver.config.lazy_lxml import etree  # imported when first used
 from virtdriver.errors import InvalidXMLValue, MalformedXML, UndeclaredXML
 
 ATTR, FLAG, TEXT_CHILD, CHILD, CHILDREN = "attr", "flag", "text", "child", "children"

@@ -23,7 +23,6 @@ will wait.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import logging
 import os
@@ -189,23 +188,6 @@ def _read_generation(fd: int) -> int:
     return int(raw) if raw.strip().isdigit() else 0
 
 
-def guest_generation(lock_dir: Path, guest_uuid: str) -> int:
-    """The guest's attach generation, read without taking its lock (0 before the first)."""
-    try:
-        fd = os.open(_guest_lock_path(lock_dir, guest_uuid), os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-            return 0
-        raise StateError(f"cannot read {_guest_lock_path(lock_dir, guest_uuid)}: "
-                         f"{exc.strerror or exc}") from None
-    try:
-        return _read_generation(fd)
-    except OSError:
-        return 0  # a directory or unreadable file: the attach re-reads the guest
-    finally:
-        os.close(fd)
-
-
 class GuestFile:
     """A guest's lock file opened before its lock is taken: :attr:`generation` is the attach
     generation read then (without the lock), and :func:`guest_lock` given this file locks the
@@ -213,7 +195,6 @@ class GuestFile:
     The lock's release closes it; :meth:`close` closes it if the lock was never taken."""
 
     def __init__(self, lock_dir: Path, guest_uuid: str) -> None:
-        self.guest_uuid = guest_uuid
         self.path = _guest_lock_path(lock_dir, guest_uuid)
         self.fd: int | None = _open(self.path)
         try:
