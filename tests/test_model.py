@@ -332,3 +332,18 @@ def test_generated_unknown_parts_keep_their_meaning(extras: list[tuple[str, str]
         return
     # Strict read it all, comments included (a comment it cannot keep is refused by name).
     assert meaning(etree.fromstring(xml)) == meaning(etree.fromstring(strict.to_xml()))
+
+
+def test_elements_compare_and_show_as_dataclasses_would() -> None:
+    lenient = Disk.from_xml("<disk type='file' device='disk' x='1'><target dev='vdb'/></disk>",
+                            strict=False)
+    plain = Disk(type="file", device="disk", target=Target(dev="vdb"))
+    # every field compared, what was kept of the document included; the type too
+    assert dataclasses.replace(lenient, unknown=None) == plain and lenient != plain
+    assert Target(dev="vdb") != Alias(name="vdb") and plain != "disk"
+    assert Target(dev="vdb") == Target(dev="vdb") and Target(dev="vdb") != Target(dev="vdc")
+    # every field shown but what was kept; mutable, so not hashable
+    assert repr(Target(dev="vdb")) == "Target(dev='vdb', bus=None, tray=None, removable=None)"
+    assert "unknown" not in repr(lenient)
+    with pytest.raises(TypeError):
+        hash(plain)

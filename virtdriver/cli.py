@@ -22,8 +22,12 @@ from virtdriver.cli_ops import add_operator_commands as _add_operator_commands
 from virtdriver.cli_volume import add_volume_commands
 from virtdriver.cli_io import UsageError, emit, fail, finish_output, read_volume
 from virtdriver.cli_io import output_closed, prepare_output
+from virtdriver import logs
 from virtdriver.errors import VirtDriverError
 
+# Commands during which nothing but virtdriver's own loggers can log: logging is set up (and
+# imported) when one of those is first used, not at the start.
+QUIET_STARTS = ("render", "list")
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
@@ -60,8 +64,6 @@ def _render(args: argparse.Namespace) -> int:
 
     check_hotplug_bus(args.bus, "--bus")  # render prints what attach would use
     info, mode = read_volume(args.connection_info, args.attach_mode, args.multiattach)
-    if isinstance(info.get("data"), dict) and "qos_specs" in info["data"]:
-        _quiet_logging()  # what rendering logs: an unknown QoS key (logging is imported then)
     disk = build_disk(
         info, attach_mode=mode,
         target_dev=args.target_dev or DEFAULT_TARGET[args.bus], bus=args.bus, device=args.device,
@@ -184,7 +186,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(f"arguments: {type(argv).__name__} {str(argv)[:60]!r} is not a "
                              "list of strings")
         args = parse_args(argv)
-        if args.command != "render":  # render sets logging up itself, only if it may log
+        if args.command in QUIET_STARTS:  # nothing of others' that logs: set up when we do
+            logs.when_first_used(_quiet_logging)
+        else:
             _quiet_logging()
         code = int(args.func(args))
         finish_output()

@@ -8,6 +8,7 @@ from typing import Any, Final
 
 from virtdriver.config import Address, Alias, BlockIO, Disk, Driver, Encryption, IoTune, Secret
 from virtdriver.config import Target
+from virtdriver import logs
 from virtdriver.answers import ValidAnswers
 from virtdriver.errors import InvalidConnectionInfo, InvalidRenderOption, show
 from virtdriver.policy import (
@@ -24,14 +25,7 @@ from virtdriver.volume.base import RenderOptions, optional_bool, whole_number
 from virtdriver.policy.identity import UUID_PATTERN, alias_for, check_volume_id
 from virtdriver.volume.registry import get_driver
 
-
-
-def _warn(message: str, *args: object) -> None:
-    """A warning of this module's logger (logging imported here: rendering rarely warns, and a
-    command that renders need not pay for the import at its start)."""
-    import logging
-
-    logging.getLogger(__name__).warning(message, *args)
+LOG = logs.logger(__name__)  # rendering rarely warns: logging is imported when it does
 
 BUS_PREFIX: Final = {"virtio": "vd", "scsi": "sd", "sata": "sd", "usb": "sd", "ide": "hd"}
 DEVICES: Final = ("disk", "lun")
@@ -244,7 +238,7 @@ def iotune_from_qos(qos: object) -> IoTune | None:
     values: dict[str, int] = {}
     for key, raw in qos.items():  # type: ignore[attr-defined]
         if key not in QOS_KEYS:
-            _warn("ignoring unknown QoS key %r", key)
+            LOG.warning("ignoring unknown QoS key %r", key)
             continue
         value = raw if raw.__class__ is int else whole_number(raw)
         if ((value.__class__ is not int and (isinstance(value, bool) or not isinstance(value, int)))

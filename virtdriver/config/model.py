@@ -19,6 +19,7 @@ so nothing is silently dropped); ``strict=False`` keeps undeclared attributes an
 from __future__ import annotations
 
 import dataclasses
+import operator
 import re
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
@@ -38,7 +39,7 @@ _META = "virtdriver.xml"
 E = TypeVar("E", bound="Element")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True)
 class Converter:
     """How a field's Python value becomes XML text and back."""
 
@@ -101,7 +102,7 @@ def children(cls: type[Element], tag: str | None = None) -> Any:
     return _declare(CHILDREN, tag, cls=cls, default_factory=list)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True)
 class _Spec:
     kind: str
     field: str
@@ -119,7 +120,23 @@ class Element:
     _by_attr: ClassVar[dict[str, _Spec]]
     _by_tag: ClassVar[dict[str, _Spec]]
     _writer: ClassVar[Callable[[Any, str, str, str], str]]
+    _compared: ClassVar[Callable[[Any], tuple[Any, ...]]]
+    _shown: ClassVar[tuple[str, ...]]
     unknown: Unknown | None
+
+    # Equality and repr as a dataclass's, once for every element: a dataclass generates (and
+    # compiles) its own for each class, which every process start would pay for.
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._compared(self) == self._compared(other)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as a dataclass with eq
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._shown)
+        return f"{type(self).__qualname__}({shown})"
 
     # ---- writing -----------------------------------------------------------------------------
 
@@ -181,10 +198,13 @@ def element(tag: str) -> Callable[[type[E]], type[E]]:
         cls.unknown = dataclasses.field(default=None, repr=False)  # type: ignore[assignment]
         # (no slots: a slotted dataclass is made twice, a quarter of the time every command's
         # start spends building the model's classes; attribute reads cost the same)
-        cls = dataclasses.dataclass(cls)  # type: ignore[assignment]
+        cls = dataclasses.dataclass(eq=False, repr=False)(cls)  # type: ignore[assignment]
         cls.TAG = tag
+        every = dataclasses.fields(cls)  # type: ignore[arg-type]
+        cls._compared = operator.attrgetter(*(f.name for f in every if f.compare))
+        cls._shown = tuple(f.name for f in every if f.repr)
         specs: list[_Spec] = []
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        for f in every:
             meta = f.metadata.get(_META)
             if meta is None:
                 continue

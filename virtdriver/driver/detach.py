@@ -5,12 +5,12 @@ a leak (:func:`release`) and the removal of a failed attach (:func:`undo_attach`
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import libvirt
 
+from virtdriver import logs
 from virtdriver.config import Disk
 from virtdriver.driver.host import Host
 from virtdriver.driver.request import copy_info
@@ -33,7 +33,7 @@ from virtdriver.policy.identity import check_requested_volume_id, volume_of_alia
 from virtdriver.policy.migration import ARRIVING
 from virtdriver.policy.sharing import still_used
 
-LOG = logging.getLogger("virtdriver.driver")
+LOG = logs.logger("virtdriver.driver")
 # libvirt's words when QEMU went away under a running call (the guest is being destroyed).
 MONITOR_CLOSED = "End of file from qemu monitor"
 

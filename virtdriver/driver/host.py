@@ -9,12 +9,12 @@ locks; the records only say *how* to release what an attach set up.
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import libvirt
 
+from virtdriver import logs
 from virtdriver.errors import DamagedRecord, HypervisorError, LockTimeout, VirtDriverError
 from virtdriver.hypervisor.connection import Connection, libvirt_message
 from virtdriver.hypervisor.dataid import DataIdentity, identity_token
@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # the render path is imported by the operations that render
     from virtdriver.driver.request import VolumeRequest
     from virtdriver.hypervisor.hostconn import HostConnections, HostRecord
 
-LOG = logging.getLogger("virtdriver.driver")
+LOG = logs.logger("virtdriver.driver")
 
 
 class Host:

@@ -9,7 +9,6 @@ guest's volumes for this host; the disk must arrive as it left (:mod:`virtdriver
 
 from __future__ import annotations
 
-import logging
 import uuid as uuidlib
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import libvirt
 from lxml import etree
 
+from virtdriver import logs
 from virtdriver.config import Disk
 from virtdriver.config.reader import parse_xml
 from virtdriver.driver.host import Host
@@ -37,7 +37,7 @@ from virtdriver.policy.migration import Arrival, refuse_arriving_over, refuse_un
 from virtdriver.policy.sharing import refuse_attach, users_of
 from virtdriver.render import build_disk
 
-LOG = logging.getLogger("virtdriver.driver")
+LOG = logs.logger("virtdriver.driver")
 #: Stands for a device path only the host connect will tell, where a disk is rendered to compare
 #: its promises before anything is connected (the source is never compared).
 NOT_CONNECTED = "/dev/virtdriver-not-connected-yet"

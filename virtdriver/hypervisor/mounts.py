@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
-import logging
 import os
 import re
 import subprocess
 from pathlib import Path
 
+from virtdriver import logs
 from virtdriver.errors import HostConnectFailed
 
-LOG = logging.getLogger(__name__)
+LOG = logs.logger(__name__)
 MOUNTINFO = Path("/proc/self/mountinfo")
 _OCTAL = re.compile(r"\\([0-7]{3})")
 

@@ -1,0 +1,86 @@
+"""What a command imports at its start, and logging set up when virtdriver first logs.
+
+Each case runs the real CLI in a fresh interpreter: what a module imported at its top is seen
+only there.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "connection_info"
+
+PROBE = """
+import json, sys
+from virtdriver.cli import main
+code = main(sys.argv[1:])
+imported = [m for m in ("logging", "lxml.etree") if m in sys.modules]
+import logging
+root = logging.getLogger()
+print(json.dumps({"code": code, "imported": imported, "level": root.level,
+                  "handlers": [type(h.formatter).__name__ for h in root.handlers]}))
+"""
+
+
+def run_cli(*argv: str) -> tuple[dict, str]:
+    """The CLI's exit code, which of logging and lxml the command imported, the root logger's
+    handlers and level afterwards, and stderr."""
+    done = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True,
+                          text=True, check=True)
+    return json.loads(done.stdout.splitlines()[-1]), done.stderr
+
+
+def test_render_imports_neither_logging_nor_lxml():
+    result, stderr = run_cli("render", str(FIXTURES / "iscsi-multiattach.json"))
+    assert result["code"] == 0 and stderr == ""
+    assert result["imported"] == []
+    assert result["handlers"] == []  # nothing logged: logging never set up
+
+
+def test_a_warning_while_rendering_sets_logging_up_first(tmp_path):
+    info = json.loads((FIXTURES / "nfs.json").read_text())
+    info["data"]["qos_specs"] = {"consumer": "front-end", "total_bytes_sec": 1000}
+    path = tmp_path / "qos.json"
+    path.write_text(json.dumps(info))
+    result, stderr = run_cli("render", "--mount-base", str(tmp_path), str(path))
+    assert result["code"] == 0
+    assert "logging" in result["imported"]
+    # the command's set-up ran before the warning: one-line records, errors only, so the
+    # unknown key's warning is not printed (as when logging was set up at the start)
+    assert result["handlers"] == ["OneLine"] and result["level"] == 40
+    assert stderr == ""
+
+
+def test_other_commands_set_logging_up_at_their_start(tmp_path):
+    # others' loggers (os-brick's, oslo's) may log during these: set up before they run
+    result, _ = run_cli("--state-dir", str(tmp_path), "release",
+                        "0bd4a2b8-0c55-4c8e-a4a4-7c6f0e6a1d10")
+    assert result["code"] == 0 and "logging" in result["imported"]
+    assert result["handlers"] == ["OneLine"]
+
+
+def test_the_set_up_runs_once_before_the_first_record():
+    script = """
+import sys
+from virtdriver import logs
+calls = []
+first, second = logs.logger("virtdriver.a"), logs.logger("virtdriver.b")
+logs.when_first_used(lambda: calls.append(("set up", "logging" in sys.modules)))
+assert "logging" not in sys.modules and calls == []
+import logging
+class Seen(logging.Handler):
+    def emit(self, record):
+        calls.append(("record", record.name))
+logging.getLogger().addHandler(Seen())
+first.warning("one")
+second.warning("two")
+logs.when_first_used(lambda: calls.append(("late set up",)))
+print(calls)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == ("[('set up', True), ('record', 'virtdriver.a'), "
+                                   "('record', 'virtdriver.b'), ('late set up',)]")
