@@ -84,3 +84,29 @@ print(calls)
                           check=True)
     assert done.stdout.strip() == ("[('set up', True), ('record', 'virtdriver.a'), "
                                    "('record', 'virtdriver.b'), ('late set up',)]")
+
+
+def test_threads_that_log_first_together_wait_for_one_set_up():
+    script = """
+import threading, time
+from virtdriver import logs
+calls = []
+def setup():
+    calls.append("set up begins")
+    time.sleep(0.05)  # another thread logs meanwhile
+    calls.append("set up ends")
+logs.when_first_used(setup)
+import logging
+class Seen(logging.Handler):
+    def emit(self, record):
+        calls.append(record.getMessage())
+logging.getLogger().addHandler(Seen())
+threads = [threading.Thread(target=logs.logger(f"virtdriver.t{n}").warning, args=(f"t{n}",))
+           for n in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(calls[:2], sorted(calls[2:]))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "['set up begins', 'set up ends'] ['t0', 't1', 't2', 't3']"

@@ -10,6 +10,7 @@ handler a command wants is set up by the same first use: :func:`when_first_used`
 
 from __future__ import annotations
 
+import _thread  # threading's own lock, without importing threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -18,23 +19,29 @@ if TYPE_CHECKING:
 
 _pending_setup: list[Callable[[], None]] = []
 _first_used = False
+# Held while the set-up runs: a thread that logs meanwhile waits for it (reentrant: a set-up
+# that itself logs goes on).
+_setup_lock = _thread.RLock()
 
 
 def when_first_used(setup: Callable[[], None]) -> None:
     """Run ``setup`` (which configures logging) when a virtdriver logger is first used, before
     its record is logged; at once if one was used already."""
-    if _first_used:
-        setup()
-    else:
-        _pending_setup.append(setup)
+    with _setup_lock:
+        if not _first_used:
+            _pending_setup.append(setup)
+            return
+    setup()
 
 
 def _use_logging() -> None:
     global _first_used
-    if not _first_used:
-        _first_used = True
+    if _first_used:
+        return
+    with _setup_lock:
         while _pending_setup:
             _pending_setup.pop(0)()
+        _first_used = True
 
 
 class _Deferred:
