@@ -7,7 +7,6 @@ it runs here, not when it is merely shut off here).
 
 from __future__ import annotations
 
-
 from virtdriver import logs
 from virtdriver.driver.host import Host
 from virtdriver.hypervisor.domains import DomainState
