@@ -9,10 +9,11 @@ from virtdriver.config import Disk
 from virtdriver.hypervisor.domains import DiskUse
 
 from virtdriver.policy.identity import ALIAS_PREFIX  # noqa: F401 - re-exported
+from virtdriver.valuetypes import Frozen, value_type
 
 
-@dataclasses.dataclass(frozen=True)
-class Attachment:
+@value_type
+class Attachment(Frozen):
     """One volume attached to one guest, in the compute API's os-volume_attachments shape."""
 
     device: str

@@ -51,13 +51,14 @@ from virtdriver.policy.migration import still_arriving
 from virtdriver.policy.reservations import fence_message, reservation_route, shared_identities
 from virtdriver.policy.sharing import Danger, Use, dangers
 from virtdriver.tables import table_lines
+from virtdriver.valuetypes import Frozen, value_type
 
 DANGER_KINDS: Final = ("unshared", "cache", "format", "labels", "identity", "leak", "record",
                        "startup", "profile", "cinder", "fence")
 
 
-@dataclasses.dataclass(frozen=True)
-class AuditAttachment:
+@value_type
+class AuditAttachment(Frozen):
     """One guest's view of a volume; ``state`` says whether it is live, in the definition, or
     both (the two are listed separately when they differ)."""
 

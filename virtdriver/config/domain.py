@@ -7,10 +7,11 @@ import dataclasses
 from virtdriver.config.lazy_lxml import etree  # imported when first used
 from virtdriver.config.disk import Address, Alias, Disk, Target
 from virtdriver.config.model import parse_xml
+from virtdriver.valuetypes import Value, value_type
 
 
-@dataclasses.dataclass
-class DomainDisks:
+@value_type
+class DomainDisks(Value):
     """What the volume driver needs to know of a domain: its name, UUID and disks.
 
     Disks are read leniently: parts the model does not declare are kept in ``Disk.unknown`` and

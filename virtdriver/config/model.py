@@ -21,7 +21,6 @@ so nothing is silently dropped); ``strict=False`` keeps undeclared attributes an
 from __future__ import annotations
 
 import dataclasses
-import operator
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
@@ -30,8 +29,8 @@ from virtdriver.config.document import declared_encoding, read_document
 from virtdriver.config.reader import ATTR, CHILD, CHILDREN, FLAG, TEXT_CHILD, Unknown
 from virtdriver.config.reader import parse_xml, read
 from virtdriver.config.values import INT, STR, Converter
-from virtdriver.config.writer import _write_first
 from virtdriver.errors import InvalidXMLValue, UndeclaredXML
+from virtdriver.valuetypes import Frozen, Value, value_type
 
 __all__ = ["ATTR", "CHILD", "CHILDREN", "FLAG", "TEXT_CHILD", "Converter", "Element", "INT", "STR",
            "Unknown", "attr", "child", "children", "declared_fields", "element", "flag",
@@ -72,8 +71,8 @@ def children(cls: type[Element], tag: str | None = None) -> Any:
     return _declare(CHILDREN, tag, cls=cls, default_factory=list)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Spec:
+@value_type
+class _Spec(Frozen):
     kind: str
     field: str
     xml: str
@@ -81,8 +80,9 @@ class _Spec:
     cls: Any
 
 
-class Element:
-    """Base of every modelled element. Subclasses are made with :func:`element`."""
+class Element(Value):
+    """Base of every modelled element. Subclasses are made with :func:`element`; equality and
+    repr are a dataclass's (:mod:`virtdriver.valuetypes`)."""
 
     TAG: ClassVar[str]
     _attrs: ClassVar[tuple[_Spec, ...]]
@@ -90,23 +90,7 @@ class Element:
     _by_attr: ClassVar[dict[str, _Spec]]
     _by_tag: ClassVar[dict[str, _Spec]]
     _writer: ClassVar[Callable[[Any, str, str, str], str]]
-    _compared: ClassVar[Callable[[Any], tuple[Any, ...]]]
-    _shown: ClassVar[tuple[str, ...]]
     unknown: Unknown | None
-
-    # Equality and repr as a dataclass's, once for every element: a dataclass generates (and
-    # compiles) its own for each class, which every process start would pay for.
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._compared(self) == self._compared(other)
-
-    __hash__ = None  # type: ignore[assignment]  # mutable, as a dataclass with eq
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._shown)
-        return f"{type(self).__qualname__}({shown})"
 
     # ---- writing -----------------------------------------------------------------------------
 
@@ -160,6 +144,15 @@ class Element:
         return read(cls, node, strict, cls.TAG)  # type: ignore[no-any-return]
 
 
+def _write_first(obj: Any, tag: str, indent: str, lead: str) -> str:
+    """Every class's writer until its first use: :func:`virtdriver.config.writer._write_first`
+    compiles the real one and puts it in its place (the writer's module is imported then: what
+    only reads XML never needs it)."""
+    from virtdriver.config.writer import _write_first as compile_and_write
+
+    return compile_and_write(obj, tag, indent, lead)
+
+
 def element(tag: str) -> Callable[[type[E]], type[E]]:
     """Make ``cls`` a dataclass element with XML tag ``tag`` and compile its declarations."""
 
@@ -168,11 +161,9 @@ def element(tag: str) -> Callable[[type[E]], type[E]]:
         cls.unknown = dataclasses.field(default=None, repr=False)  # type: ignore[assignment]
         # (no slots: a slotted dataclass is made twice, a quarter of the time every command's
         # start spends building the model's classes; attribute reads cost the same)
-        cls = dataclasses.dataclass(eq=False, repr=False)(cls)  # type: ignore[assignment]
+        cls = value_type(cls)
         cls.TAG = tag
         every = dataclasses.fields(cls)  # type: ignore[arg-type]
-        cls._compared = operator.attrgetter(*(f.name for f in every if f.compare))
-        cls._shown = tuple(f.name for f in every if f.repr)
         specs: list[_Spec] = []
         for f in every:
             meta = f.metadata.get(_META)

@@ -16,19 +16,19 @@ declaration, comments, a DOCTYPE) is :mod:`virtdriver.config.document`'s.
 from __future__ import annotations
 
 import copy as copy_module
-import dataclasses
 import re
 from typing import Any
 
 from virtdriver.config.lazy_lxml import etree  # imported when first used
 from virtdriver.errors import InvalidXMLValue, MalformedXML, UndeclaredXML
+from virtdriver.valuetypes import Frozen, value_type
 
 ATTR, FLAG, TEXT_CHILD, CHILD, CHILDREN = "attr", "flag", "text", "child", "children"
 XML_NS = "http://www.w3.org/XML/1998/namespace"
 
 
-@dataclasses.dataclass(frozen=True)
-class Unknown:
+@value_type
+class Unknown(Frozen):
     """Undeclared parts kept by a lenient read.
 
     ``attrs``: attributes in document order, by qualified name (``prefix:name``), each prefix

@@ -4,14 +4,15 @@ parse a value and by the writer to format one."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable
 from typing import Any
 
+from virtdriver.valuetypes import Frozen, value_type
 
-@dataclasses.dataclass(frozen=True)
-class Converter:
+
+@value_type
+class Converter(Frozen):
     """How a field's Python value becomes XML text and back."""
 
     name: str

@@ -9,12 +9,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Final, Literal
 
+from virtdriver.valuetypes import Frozen, value_type
+
 Status = Literal["ok", "warn", "fail"]
 STATUSES: Final = ("ok", "warn", "fail")
 
 
-@dataclasses.dataclass(frozen=True)
-class Check:
+@value_type
+class Check(Frozen):
     """One answered question: ``area`` and ``name`` say what, ``detail`` says why in one line."""
 
     area: str

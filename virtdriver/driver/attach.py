@@ -10,7 +10,6 @@ connected, so the host ends as it was.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -43,12 +42,13 @@ from virtdriver.policy.identity import alias_for
 from virtdriver.policy.sharing import refuse_attach, refuse_fan_out, users_of
 from virtdriver.render import build_disk
 from virtdriver.secrets import redact, secret_values
+from virtdriver.valuetypes import Frozen, value_type
 
 Progress = Callable[[str, "Attachment | Exception"], None]
 
 
-@dataclasses.dataclass(frozen=True)
-class Placement:
+@value_type
+class Placement(Frozen):
     """Where one guest's disk goes: the device, bus and options the caller asked for."""
 
     mode: str
@@ -63,8 +63,8 @@ class Placement:
                            optional=name != "device")
 
 
-@dataclasses.dataclass(frozen=True)
-class Target:
+@value_type
+class Target(Frozen):
     """A guest an attach goes to: its XML as read, and its lock file opened before (with its
     attach generation read then)."""
 

@@ -32,10 +32,11 @@ from virtdriver.hypervisor import brick
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.domains import DiskUse
 from virtdriver.hypervisor.resize import resize_disk
+from virtdriver.valuetypes import Frozen, value_type
 
 
-@dataclasses.dataclass(frozen=True)
-class GuestSize:
+@value_type
+class GuestSize(Frozen):
     """One attachment after an extend."""
 
     guest: str
@@ -53,8 +54,8 @@ class GuestSize:
         return dataclasses.asdict(self)
 
 
-@dataclasses.dataclass(frozen=True)
-class ExtendResult:
+@value_type
+class ExtendResult(Frozen):
     """What an extend did on this host."""
 
     volume_id: str

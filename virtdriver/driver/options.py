@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from pathlib import Path
@@ -13,6 +12,7 @@ from virtdriver.errors import InvalidRenderOption, show
 from virtdriver.hostfiles import setting
 from virtdriver.hypervisor.locks import DEFAULT_TIMEOUT, NOTICE_AFTER
 from virtdriver.policy import check_option_text
+from virtdriver.valuetypes import Frozen, value_type
 
 if TYPE_CHECKING:
     from virtdriver.volume.base import RenderOptions
@@ -31,8 +31,8 @@ def check_timeout(value: object, where: str) -> float:
     return float(value)
 
 
-@dataclasses.dataclass(frozen=True)
-class HostOptions:
+@value_type
+class HostOptions(Frozen):
     """How this host attaches volumes: where state lives, shares mount, labels, initiators."""
 
     state_dir: Path = DEFAULT_STATE_DIR

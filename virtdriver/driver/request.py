@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,11 +11,12 @@ from virtdriver.errors import InvalidConnectionInfo, VirtDriverError, show
 from virtdriver.hypervisor.dataid import DataIdentity, data_identity, identity_token
 from virtdriver.render import check_nesting, volume_id
 from virtdriver.shapes import normalize
+from virtdriver.valuetypes import Frozen, value_type
 from virtdriver.volume import RenderOptions, VolumeDriver, get_driver
 
 
-@dataclasses.dataclass(frozen=True)
-class VolumeRequest:
+@value_type
+class VolumeRequest(Frozen):
     """One volume as a caller asked for it."""
 
     info: dict[str, Any]

@@ -10,7 +10,6 @@ and the per-data lock compare these identities, never raw paths.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from typing import Final
@@ -57,4 +56,6 @@ def data_identity(disk: Disk) -> DataIdentity | None:
 
 def identity_token(identity: DataIdentity) -> str:
     """A short, file-name-safe token for an identity (the name of its lock)."""
+    import hashlib  # here: what only reads the host (``virtdriver list``) never needs it
+
     return hashlib.sha256("\0".join(identity).encode("utf-8", "surrogatepass")).hexdigest()[:32]

@@ -20,13 +20,14 @@ from virtdriver.hypervisor.metadata import NS, parse_notes
 from virtdriver.hypervisor.volume_users import HostView, Wanted
 from virtdriver.policy.identity import names_guest, volume_of_alias
 from virtdriver.policy.sharing import Use
+from virtdriver.valuetypes import Frozen, value_type
 
 LIST_ACTIVE = libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE
 LIST_PERSISTENT = libvirt.VIR_CONNECT_LIST_DOMAINS_PERSISTENT
 
 
-@dataclasses.dataclass(frozen=True)
-class DiskUse:
+@value_type
+class DiskUse(Frozen):
     """One disk of one domain, as libvirt reports it: the one view every step and report uses."""
 
     domain_name: str
@@ -79,8 +80,8 @@ def labels_of(disk: Disk) -> tuple[str, ...]:
 names_instance = names_guest
 
 
-@dataclasses.dataclass(frozen=True)
-class ListedDomain:
+@value_type
+class ListedDomain(Frozen):
     """A domain as listed by libvirt: handle, name and flags, its XML not read yet."""
 
     dom: libvirt.virDomain
@@ -110,8 +111,8 @@ class ListedDomain:
         return DomainXml(self, current, config)
 
 
-@dataclasses.dataclass(frozen=True)
-class DomainXml:
+@value_type
+class DomainXml(Frozen):
     """A domain's XML as read, parsed only when asked."""
 
     listed: ListedDomain
@@ -166,8 +167,8 @@ class DomainXml:
                                                   and wanted.may_be_in(self.config))
 
 
-@dataclasses.dataclass(frozen=True)
-class DomainState:
+@value_type
+class DomainState(Frozen):
     """A domain's disks (live and persistent) and controllers, read once."""
 
     dom: libvirt.virDomain

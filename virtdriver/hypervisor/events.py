@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import signal
 import threading
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import libvirt
+
+from virtdriver.valuetypes import Value, value_type
 
 _loop_lock = threading.Lock()
 _loop_started = False
@@ -36,8 +38,8 @@ def _run() -> None:
         libvirt.virEventRunDefaultImpl()
 
 
-@dataclass
-class _Waiter:
+@value_type
+class _Waiter(Value):
     done: threading.Event = field(default_factory=threading.Event)
     outcome: int = 0
 

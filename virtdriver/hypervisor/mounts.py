@@ -12,7 +12,6 @@ it already sits on a shared mount. Guests started before that still cannot see s
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import os
 import re
@@ -21,14 +20,15 @@ from pathlib import Path
 
 from virtdriver import logs
 from virtdriver.errors import HostConnectFailed
+from virtdriver.valuetypes import Frozen, value_type
 
 LOG = logs.logger(__name__)
 MOUNTINFO = Path("/proc/self/mountinfo")
 _OCTAL = re.compile(r"\\([0-7]{3})")
 
 
-@dataclasses.dataclass(frozen=True)
-class MountEntry:
+@value_type
+class MountEntry(Frozen):
     """One line of ``/proc/PID/mountinfo``: where, and its propagation tags (``shared:N``...)."""
 
     mount_point: str

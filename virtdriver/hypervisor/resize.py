@@ -26,7 +26,6 @@ QMP goes through ``virDomainQemuMonitorCommand``: libvirt marks the guest tainte
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import secrets
 import shlex
@@ -38,12 +37,13 @@ import libvirt_qemu
 from virtdriver.config import Disk
 from virtdriver.errors import HypervisorError
 from virtdriver.hypervisor.connection import libvirt_message
+from virtdriver.valuetypes import Frozen, value_type
 
 REOPENABLE = ("host_device", "file")  # protocol nodes whose size is read when they are opened
 
 
-@dataclasses.dataclass(frozen=True)
-class Resized:
+@value_type
+class Resized(Frozen):
     """What one guest's QEMU shows after a resize."""
 
     size: int  # bytes, as QEMU reports the disk now

@@ -11,7 +11,6 @@ which leaves the running guest as it is: the next start uses the repaired defini
 
 from __future__ import annotations
 
-import dataclasses
 
 import libvirt
 from lxml import etree
@@ -19,12 +18,13 @@ from lxml import etree
 from virtdriver.config.reader import parse_xml
 from virtdriver.errors import HypervisorError
 from virtdriver.hypervisor.connection import libvirt_message
+from virtdriver.valuetypes import Frozen, value_type
 
 _XPATH = "./devices/disk/source/seclabel[@model] | ./devices/disk/source/*/seclabel[@model]"
 
 
-@dataclasses.dataclass(frozen=True)
-class ForeignLabel:
+@value_type
+class ForeignLabel(Frozen):
     """One disk of one guest's definition with a label for a model libvirt does not run."""
 
     guest: str

@@ -19,6 +19,7 @@ from virtdriver.hypervisor.dataid import DataIdentity, path_identity
 from virtdriver.hypervisor.metadata import NS
 from virtdriver.policy.identity import ALIAS_PREFIX, encode_volume_id
 from virtdriver.policy.sharing import Use, users_of
+from virtdriver.valuetypes import Frozen, value_type
 
 if TYPE_CHECKING:  # domains.py builds on this module: only its types are needed here
     from virtdriver.hypervisor.domains import DomainState, DomainXml
@@ -109,8 +110,8 @@ class Wanted:
         return users_of(self.volume, self.data, uses)
 
 
-@dataclasses.dataclass(frozen=True)
-class HostView:
+@value_type
+class HostView(Frozen):
     """Every domain of the host as read once (its XML, live and defined), each parsed only when
     it is asked about and could matter."""
 

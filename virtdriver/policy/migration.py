@@ -20,20 +20,20 @@ alone: an interrupt or a lost host can come at any moment.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from virtdriver.errors import MigrationRefused, show
 from virtdriver.policy.identity import names_guest
 from virtdriver.policy.sharing import DIRECT_CACHE_MODES, Use
+from virtdriver.valuetypes import Frozen, value_type
 
 
 ARRIVING = " (arriving by live migration)"  # how an arriving guest is named among users
 
 
-@dataclasses.dataclass(frozen=True)
-class Arrival:
+@value_type
+class Arrival(Frozen):
     """A guest expected on this host by live migration, and its disk of one volume."""
 
     guest: str  # the instance as the caller named it (name or UUID)

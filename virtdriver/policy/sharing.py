@@ -13,7 +13,6 @@ with equal ``data`` are the same bytes whatever their paths or volume ids say.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Final, Hashable
 
@@ -23,12 +22,13 @@ from virtdriver.errors import (
     SwapRefused,
     VolumeInUse,
 )
+from virtdriver.valuetypes import Frozen, value_type
 
 DIRECT_CACHE_MODES: Final = ("none", "directsync")
 
 
-@dataclasses.dataclass(frozen=True)
-class Use:
+@value_type
+class Use(Frozen):
     """One disk of one guest, as the sharing rules see it."""
 
     guest: str
@@ -44,8 +44,8 @@ class Use:
     live: bool = True
 
 
-@dataclasses.dataclass(frozen=True)
-class Danger:
+@value_type
+class Danger(Frozen):
     """Something unsafe about the attachments of one volume (``audit`` reports these)."""
 
     kind: str  # audit.DANGER_KINDS

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 from virtdriver.config import Source
 from virtdriver.answers import ValidAnswers
 from virtdriver.errors import InvalidConnectionInfo, show
+from virtdriver.valuetypes import Frozen, value_type
 # host_name is part of this contract too (protocol modules and plugins import it from here); the
 # one rule for host names and addresses lives in hostname.py.
 from virtdriver.volume.hostname import host_name, split_host_port  # noqa: F401
@@ -149,8 +150,8 @@ class VolumeDriver:
         return self.extend_refused
 
 
-@dataclasses.dataclass(frozen=True)
-class HostSecret:
+@value_type
+class HostSecret(Frozen):
     """A libvirt secret a volume needs: usage type (``iscsi``, ``ceph``), usage name, value."""
 
     usage_type: str

@@ -1,0 +1,200 @@
+"""virtdriver's value types behave as the dataclasses they replace, and cost nothing until used.
+
+Each value type is checked against a twin declared with ``@dataclasses.dataclass``: construction,
+defaults, equality, hash, repr, immutability, ``replace`` and ``asdict`` must agree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+
+from virtdriver.valuetypes import Frozen, Value, value_type
+
+
+def _pair(frozen: bool):
+    """The same declaration twice: a value type and a standard dataclass."""
+    base = Frozen if frozen else Value
+
+    def body(ns: dict) -> None:
+        ns["__annotations__"] = {"name": "str", "size": "int", "tags": "list[str]",
+                                 "note": "str | None"}
+        ns["size"] = 1
+        ns["tags"] = dataclasses.field(default_factory=list)
+        ns["note"] = dataclasses.field(default=None, compare=False, repr=False)
+
+    ours = value_type(type("Sample", (base,), _namespace(body)))
+    theirs = dataclasses.dataclass(frozen=frozen)(type("Sample", (), _namespace(body)))
+    return ours, theirs
+
+
+def _namespace(fill) -> dict:
+    ns: dict = {"__module__": __name__, "__qualname__": "Sample", "__doc__": "A sample."}
+    fill(ns)
+    return ns
+
+
+@pytest.mark.parametrize("frozen", [True, False])
+def test_a_value_type_behaves_as_its_dataclass(frozen: bool) -> None:
+    ours, theirs = _pair(frozen)
+    calls = [(("a",), {}), (("a", 2), {}), (("a",), {"size": 3, "tags": ["x"], "note": "n"}),
+             ((), {"name": "b", "note": "other"})]
+    for args, kwargs in calls:
+        a, b = ours(*args, **kwargs), theirs(*args, **kwargs)
+        assert repr(a) == repr(b)
+        assert dataclasses.asdict(a) == dataclasses.asdict(b)
+        assert dataclasses.astuple(a) == dataclasses.astuple(b)
+    # equality: by value, same class only, compare=False fields left out
+    assert ours("a", note="x") == ours("a", note="y") and ours("a") != ours("b")
+    assert ours("a") != theirs("a") and ours("a") != "a"
+    assert ours("a").__eq__("a") is NotImplemented
+    # a fresh list from the factory for every instance
+    assert ours("a").tags is not ours("a").tags
+    assert dataclasses.replace(ours("a", 2), size=5) == ours("a", 5)
+    assert [f.name for f in dataclasses.fields(ours)] == ["name", "size", "tags", "note"]
+    # the same refusals as the dataclass's constructor
+    for args, kwargs in [((), {}), (("a",), {"colour": 1}), (("a", 1, [], None, 5), {}),
+                         (("a",), {"name": "b"})]:
+        with pytest.raises(TypeError):
+            theirs(*args, **kwargs)
+        with pytest.raises(TypeError):
+            ours(*args, **kwargs)
+
+
+def test_a_frozen_value_type_hashes_and_refuses_changes_as_a_frozen_dataclass() -> None:
+    ours, theirs = _pair(True)
+    a, b = ours("a", tags=("t",)), theirs("a", tags=("t",))
+    assert hash(a) == hash(b) == hash(ours("a", tags=("t",), note="not compared"))
+    assert {a, ours("a", tags=("t",))} == {a}
+    for value in (a, b):
+        for change in (lambda v: setattr(v, "name", "b"), lambda v: delattr(v, "name"),
+                       lambda v: setattr(v, "new", 1)):
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                change(value)
+
+
+def test_a_mutable_value_type_is_unhashable_and_assignable() -> None:
+    ours, _ = _pair(False)
+    a = ours("a")
+    a.size = 7
+    assert a == ours("a", 7)
+    with pytest.raises(TypeError):
+        hash(a)
+
+
+def test_post_init_runs_after_the_fields_are_set() -> None:
+    seen = []
+
+    @value_type
+    class Checked(Frozen):
+        """Checked."""
+
+        path: str
+        size: int = 0
+
+        def __post_init__(self) -> None:
+            seen.append((self.path, self.size))
+            object.__setattr__(self, "path", self.path.rstrip("/"))
+
+    assert Checked("/a/", size=2).path == "/a" and seen == [("/a/", 2)]
+
+
+def test_the_constructor_is_compiled_when_first_used_and_each_class_has_its_own() -> None:
+    @value_type
+    class Base(Frozen):
+        """Base."""
+
+        a: int
+
+    @value_type
+    class Derived(Base):
+        """Derived."""
+
+        b: int = 2
+
+    first = Base.__dict__["__init__"]
+    assert first is Derived.__dict__["__init__"]  # nothing compiled when the classes were made
+    assert Base(1).a == 1
+    assert Base.__dict__["__init__"] is not first  # compiled on first use, then kept
+    assert Base.__init__.__qualname__.endswith("Base.__init__")
+    d = Derived(1)  # not the base's constructor: the derived class's own fields
+    assert (d.a, d.b) == (1, 2) and Derived(1, 3) != d and Derived(1) == d
+
+
+def test_a_class_that_writes_its_own_constructor_keeps_it() -> None:
+    @value_type
+    class Own(Frozen):
+        """Own."""
+
+        a: int
+
+        def __init__(self, text: str) -> None:
+            object.__setattr__(self, "a", int(text))
+
+    assert Own("4").a == 4 and Own("4") == Own("04")
+
+
+def test_declarations_a_value_type_cannot_honour_are_refused() -> None:
+    with pytest.raises(TypeError, match="kw_only"):
+        @value_type
+        class KwOnly(Frozen):
+            a: int = dataclasses.field(kw_only=True)
+
+    with pytest.raises(TypeError, match="init=False"):
+        @value_type
+        class Hidden(Frozen):
+            a: int = dataclasses.field(init=False, default=0)
+
+    with pytest.raises(TypeError, match="follows"):
+        @value_type
+        class Order(Frozen):
+            a: int = 0
+            b: int  # type: ignore[misc]
+
+    with pytest.raises(TypeError, match="valuetypes.Value"):
+        @value_type
+        class Plain:
+            a: int
+
+
+def test_an_undocumented_value_type_is_documented_as_a_dataclass_would_be() -> None:
+    @value_type
+    class Bare(Frozen):
+        a: int
+        b: str = ""
+
+    assert Bare.__doc__ == "Bare(a, b)"
+
+
+def test_importing_the_host_layer_compiles_no_constructor() -> None:
+    # What `virtdriver list` imports: making its classes compiles no code (a dataclass would
+    # compile two to six functions per class); value types compile their constructor when used.
+    probe = """
+import builtins, json, sys
+compiled = []
+real = builtins.compile
+def counting(source, filename, *args, **kwargs):
+    compiled.append(str(filename))
+    return real(source, filename, *args, **kwargs)
+builtins.compile = counting
+real_exec = builtins.exec
+def counting_exec(code, *args, **kwargs):
+    if isinstance(code, str):
+        compiled.append("exec of source")
+    return real_exec(code, *args, **kwargs)
+builtins.exec = counting_exec
+import virtdriver.cli, virtdriver.driver
+print(json.dumps(compiled))
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True)
+    compiled = json.loads(done.stdout)
+    assert "exec of source" not in compiled  # no function generated as a dataclass does
+    # compiled at import: the constructors of the few values made then (the model's
+    # converters and field declarations), nothing per class
+    constructors = [name for name in compiled if name.endswith(".__init__>")]
+    assert constructors == ["<Converter.__init__>", "<_Spec.__init__>"]
