@@ -51,7 +51,7 @@ from virtdriver.policy.migration import still_arriving
 from virtdriver.policy.reservations import fence_message, reservation_route, shared_identities
 from virtdriver.policy.sharing import Danger, Use, dangers
 from virtdriver.tables import table_lines
-from virtdriver.valuetypes import Frozen, value_type
+from virtdriver.valuetypes import Frozen, Value, value_type
 
 DANGER_KINDS: Final = ("unshared", "cache", "format", "labels", "identity", "leak", "record",
                        "startup", "profile", "cinder", "fence")
@@ -76,8 +76,8 @@ class AuditAttachment(Frozen):
     reservations: str = ""  # device='lun': how its SCSI reservations reach the target, as whom
 
 
-@dataclasses.dataclass
-class VolumeAudit:
+@value_type
+class VolumeAudit(Value):
     volume: str  # the volume id, or "-" for data shared without our alias
     source: str
     attachments: list[AuditAttachment]
@@ -89,8 +89,8 @@ class VolumeAudit:
         return sorted({a.guest for a in self.attachments})
 
 
-@dataclasses.dataclass
-class AuditReport:
+@value_type
+class AuditReport(Value):
     uri: str
     state_dir: str
     volumes: list[VolumeAudit]

@@ -7,11 +7,10 @@ Registered by :func:`add_hypervisor_commands` (listed in ``virtdriver.cli.COMMAN
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
-from virtdriver.cli_io import UsageError, read_volume
+from virtdriver.cli_io import UsageError, as_json, read_volume
 
 DEFAULT_TARGET = {"virtio": "vdb", "scsi": "sdb", "sata": "sdb", "usb": "sdb", "ide": "hdb"}
 
@@ -175,7 +174,7 @@ def _detach(args: argparse.Namespace) -> int:
 
 def _connector(args: argparse.Namespace) -> int:
     props = driver_for(args).connector_properties(args.attach_mode or "rw", my_ip=args.my_ip)
-    print(json.dumps(props, indent=2, sort_keys=True))
+    print(as_json(props, sort_keys=True))
     return 0
 
 
@@ -190,7 +189,7 @@ def _release(args: argparse.Namespace) -> int:
 def _list(args: argparse.Namespace) -> int:
     attachments = [a.to_api() for a in driver_for(args).list_attachments(args.domain)]
     if args.json:
-        print(json.dumps({"volumeAttachments": attachments}, indent=2))
+        print(as_json({"volumeAttachments": attachments}))
     else:
         _print_table(attachments, ATTACHMENT_COLUMNS)
     return 0
@@ -199,7 +198,7 @@ def _list(args: argparse.Namespace) -> int:
 def _capabilities(args: argparse.Namespace) -> int:
     caps = driver_for(args).capabilities()
     if args.json:
-        print(json.dumps(caps, indent=2))
+        print(as_json(caps))
     else:
         for key, value in caps.items():
             print(f"{key + ':':<24}{value}")

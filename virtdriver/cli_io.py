@@ -7,7 +7,6 @@ than the interpreter converts, a file name holding control characters) becomes o
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import Any
@@ -53,6 +52,8 @@ def load_connection_info(path: str) -> Any:
     except UnicodeDecodeError as exc:
         raise UsageError(f"{name}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
                          f"{exc.start})") from None
+    import json  # (here: what prints no JSON and reads none, such as ``list``, never imports it)
+
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -62,6 +63,13 @@ def load_connection_info(path: str) -> Any:
         raise UsageError(f"{name}: JSON nested too deeply") from None
     except ValueError:  # a number longer than the interpreter converts
         raise UsageError(f"{name}: not usable JSON: a number has too many digits") from None
+
+
+def as_json(value: Any, *, sort_keys: bool = False) -> str:
+    """A command's result as indented JSON, for ``--json``."""
+    import json
+
+    return json.dumps(value, indent=2, sort_keys=sort_keys)
 
 
 def read_volume(path: str, attach_mode: str | None = None,

@@ -8,9 +8,9 @@ a volume is in danger), so they can gate a deployment or run from cron.
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
+from virtdriver.cli_io import as_json
 from virtdriver.tables import table_lines  # noqa: F401 - used by the demo and doctor
 
 EXIT_OK = 0
@@ -50,9 +50,9 @@ def _audit(args: argparse.Namespace) -> int:
     return _shown(report, format_report, args.json, problem=bool(report.dangers))
 
 
-def _shown(report: Any, text: Any, as_json: bool, *, problem: bool) -> int:
+def _shown(report: Any, text: Any, json_wanted: bool, *, problem: bool) -> int:
     """Print a doctor or audit report (JSON or the operator's text); its exit status."""
-    print(json.dumps(report.to_json(), indent=2) if as_json else text(report))
+    print(as_json(report.to_json()) if json_wanted else text(report))
     return EXIT_PROBLEM if problem else EXIT_OK
 
 

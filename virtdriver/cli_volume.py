@@ -8,11 +8,10 @@ Ctrl-C cancels the copy and the guest keeps its old volume.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from typing import Any
 
-from virtdriver.cli_io import shown_name
+from virtdriver.cli_io import as_json, shown_name
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _SIZE = re.compile(r"([0-9]{1,16})\s*([kmgt]?)(?:i?b)?", re.IGNORECASE)
@@ -52,7 +51,7 @@ def _swap(args: argparse.Namespace) -> int:
             raise Interrupted(f"the copy was cancelled; {args.domain} keeps its old "
                               "volume") from None
     if args.json:
-        print(json.dumps(att.to_api(), indent=2))
+        print(as_json(att.to_api()))
     else:
         print(f"Guest {att.server_name} now uses volume {att.volumeId} as {att.device} "
               f"({att.attach_mode}{', shareable' if att.shareable else ''})")
@@ -85,7 +84,7 @@ def _extend(args: argparse.Namespace) -> int:
         for guest in data["guests"]:
             if guest["fix"]:
                 guest["fix"] = guest["fix"].replace("CONNECTION_INFO", named)
-        print(json.dumps(data, indent=2))
+        print(as_json(data))
     else:
         host = "" if result.host_size is None else f" (the host sees {human(result.host_size)})"
         print(f"Volume {result.volume_id} extended to {human(result.size)}{host}")

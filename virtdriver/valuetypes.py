@@ -11,6 +11,9 @@ A class made with :func:`value_type` is a dataclass (``dataclasses.fields``, ``r
 dataclass would have, compiled when the class is first instantiated, so that a command compiles
 only the constructors of what it makes.
 
+Every dataclass of virtdriver is made so, except the slotted ones of the protocol drivers'
+contract (``volume/base.py``), where slots refuse a misspelt attribute a plugin would set.
+
 Supported: fields with or without a default or a default factory, ``compare=False``,
 ``repr=False``, ``__post_init__``. Not supported: ``init=False`` and ``kw_only`` fields (refused
 when the class is made), ``InitVar``.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Final, Literal
 
-from virtdriver.valuetypes import Frozen, value_type
+from virtdriver.valuetypes import Frozen, Value, value_type
 
 Status = Literal["ok", "warn", "fail"]
 STATUSES: Final = ("ok", "warn", "fail")
@@ -25,8 +25,8 @@ class Check(Frozen):
     detail: str
 
 
-@dataclasses.dataclass
-class DoctorReport:
+@value_type
+class DoctorReport(Value):
     uri: str
     checks: list[Check]
     facts: dict[str, Any]

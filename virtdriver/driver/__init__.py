@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 from virtdriver import arguments
 from virtdriver.attachment import Attachment
 from virtdriver.driver.host import Host
-from virtdriver.driver.interrupts import Interrupts
 from virtdriver.driver.options import DEFAULT_STATE_DIR, HostOptions, check_timeout
 from virtdriver.errors import InvalidRequest
 from virtdriver.hypervisor.domains import DiskUse
@@ -31,6 +30,7 @@ from virtdriver.shapes import normalize
 
 if TYPE_CHECKING:
     from virtdriver.driver.extend import ExtendResult
+    from virtdriver.driver.interrupts import Interrupts
 
 
 class _Steps:

@@ -7,7 +7,6 @@ therefore called before any connection is opened.
 
 from __future__ import annotations
 
-import signal
 import threading
 from dataclasses import field
 
@@ -33,6 +32,8 @@ def ensure_event_loop() -> None:
 
 def _run() -> None:
     # Signals are handled by the main thread: leave them to it (so an interrupt wakes it at once).
+    import signal  # (imported by this thread, not on the way of a command's start)
+
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     while True:
         libvirt.virEventRunDefaultImpl()

@@ -27,10 +27,11 @@ from virtdriver.hypervisor.locks import file_token
 from virtdriver.policy.migration import Arrival
 from virtdriver.volume.base import HostSecret
 from virtdriver.secrets import without_secrets
+from virtdriver.valuetypes import Value, value_type
 
 
-@dataclasses.dataclass
-class HostRecord:
+@value_type
+class HostRecord(Value):
     """What was set up on this host for one volume."""
 
     protocol: str | None = None
