@@ -117,12 +117,28 @@ def test_the_constructor_is_compiled_when_first_used_and_each_class_has_its_own(
         b: int = 2
 
     first = Base.__dict__["__init__"]
-    assert first is Derived.__dict__["__init__"]  # nothing compiled when the classes were made
+    assert first.__code__ is Derived.__dict__["__init__"].__code__  # nothing compiled yet
     assert Base(1).a == 1
     assert Base.__dict__["__init__"] is not first  # compiled on first use, then kept
     assert Base.__init__.__qualname__.endswith("Base.__init__")
     d = Derived(1)  # not the base's constructor: the derived class's own fields
     assert (d.a, d.b) == (1, 2) and Derived(1, 3) != d and Derived(1) == d
+
+
+def test_a_plain_subclass_with_its_own_constructor_keeps_it() -> None:
+    @value_type
+    class Base(Frozen):
+        """Base."""
+
+        a: int
+
+    class Parsed(Base):
+        def __init__(self, text: str) -> None:
+            super().__init__(int(text))
+
+    assert Parsed("4").a == 4  # the base's constructor compiled for the base
+    assert Parsed("5").a == 5 and Base(6).a == 6  # and the subclass's own still used
+    assert "__init__" in Parsed.__dict__ and Parsed.__init__ is not Base.__init__
 
 
 def test_a_class_that_writes_its_own_constructor_keeps_it() -> None:

@@ -70,7 +70,8 @@ def value_type(cls: type[T]) -> type[T]:
     """``cls``, a :class:`Value` (mutable) or :class:`Frozen` subclass, made a dataclass with
     the behaviour of ``@dataclasses.dataclass`` (``frozen=True`` for a :class:`Frozen`)."""
     if not issubclass(cls, Value):
-        raise TypeError(f"{cls.__qualname__} must derive from valuetypes.Value or valuetypes.Frozen")
+        raise TypeError(f"{cls.__qualname__} must derive from valuetypes.Value or "
+                        "valuetypes.Frozen")
     defines_init = "__init__" in cls.__dict__
     undocumented = not cls.__doc__
     if undocumented:  # else the dataclass documents it from inspect.signature (milliseconds)
@@ -91,19 +92,24 @@ def value_type(cls: type[T]) -> type[T]:
                             "one with a default")
         defaulted = defaulted or has_default
     if not defines_init:
-        setattr(made, "__init__", _first_init)
+        setattr(made, "__init__", _first_init(made))
     setattr(made, "_compared", staticmethod(_tuple_of([f.name for f in every if f.compare])))
     setattr(made, "_shown", tuple(f.name for f in every if f.repr))
     return made
 
 
-def _first_init(self: Any, *args: Any, **kwargs: Any) -> None:
-    """Every value type's ``__init__`` until its first instance: compiles the class's own, which
-    then replaces this one on the class."""
-    cls = type(self)
-    init = _compile_init(cls)
-    cls.__init__ = init
-    init(self, *args, **kwargs)
+def _first_init(cls: type) -> Callable[..., None]:
+    """The ``__init__`` of ``cls`` until its first instance: it compiles the class's own, which
+    then replaces it on ``cls`` (on ``cls`` itself: a subclass that writes its own constructor
+    and calls this one keeps its own)."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init = _compile_init(cls)
+        setattr(cls, "__init__", init)
+        init(self, *args, **kwargs)
+
+    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+    return __init__
 
 
 def _tuple_of(names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
