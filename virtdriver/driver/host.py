@@ -20,6 +20,7 @@ from virtdriver.hypervisor.connection import Connection, libvirt_message
 from virtdriver.hypervisor.dataid import DataIdentity, identity_token
 from virtdriver.hypervisor.domains import DomainState, DomainXml, ListedDomain
 from virtdriver.hypervisor.domains import read_domains
+from virtdriver.hypervisor.locks import locks
 from virtdriver.hypervisor.volume_users import VERBATIM_TEXT, HostView
 from virtdriver.policy.sharing import Use, still_used
 from virtdriver.driver.options import HostOptions
@@ -55,8 +56,6 @@ class Host:
     def lock(self, volumes: list[str], data: list[tuple[str, str]],
              operation: str) -> contextlib.AbstractContextManager[None]:
         """The volumes' and their data's locks (see :mod:`virtdriver.hypervisor.locks`)."""
-        from virtdriver.hypervisor.locks import locks  # (what only reads takes none)
-
         return locks(self.options.lock_dir, volumes, data, operation=operation,
                      timeout=self.options.lock_timeout,
                      notice_after=self.options.lock_notice_after)
@@ -165,7 +164,6 @@ class Host:
     def _arriving(self, present: list[tuple[str, str]]
                   ) -> tuple[list[Use], frozenset[str] | None]:
         """:meth:`arriving`, and the records' file names as listed to find the notes."""
-        from virtdriver.hypervisor.locks import locks
         from virtdriver.policy.migration import still_arriving
 
         arrivals, records = self.records.arrivals_listed()
