@@ -11,36 +11,43 @@ import json
 import subprocess
 import sys
 
+from typing import ClassVar
+
 import pytest
 
-from virtdriver.valuetypes import Frozen, Value, value_type
+from virtdriver import valuetypes
+from virtdriver.valuetypes import Frozen, Value, field, value_type
 
 
-def _pair(frozen: bool):
+def _pair(frozen: bool, slots: bool = False):
     """The same declaration twice: a value type and a standard dataclass."""
     base = Frozen if frozen else Value
 
-    def body(ns: dict) -> None:
+    def body(ns: dict, declare) -> None:
         ns["__annotations__"] = {"name": "str", "size": "int", "tags": "list[str]",
-                                 "note": "str | None"}
+                                 "note": "str | None", "KIND": "ClassVar[str]"}
         ns["size"] = 1
-        ns["tags"] = dataclasses.field(default_factory=list)
-        ns["note"] = dataclasses.field(default=None, compare=False, repr=False)
+        ns["tags"] = declare(default_factory=list)
+        ns["note"] = declare(default=None, compare=False, repr=False, metadata={"m": 1})
+        ns["KIND"] = "sample"
 
-    ours = value_type(type("Sample", (base,), _namespace(body)))
-    theirs = dataclasses.dataclass(frozen=frozen)(type("Sample", (), _namespace(body)))
+    ours = value_type(slots=slots)(type("Sample", (base,), _namespace(body, field)))
+    theirs = dataclasses.dataclass(frozen=frozen, slots=slots)(
+        type("Sample", (), _namespace(body, dataclasses.field)))
     return ours, theirs
 
 
-def _namespace(fill) -> dict:
-    ns: dict = {"__module__": __name__, "__qualname__": "Sample", "__doc__": "A sample."}
-    fill(ns)
+def _namespace(fill, declare) -> dict:
+    ns: dict = {"__module__": __name__, "__qualname__": "Sample", "__doc__": "A sample.",
+                "ClassVar": ClassVar}
+    fill(ns, declare)
     return ns
 
 
+@pytest.mark.parametrize("slots", [False, True])
 @pytest.mark.parametrize("frozen", [True, False])
-def test_a_value_type_behaves_as_its_dataclass(frozen: bool) -> None:
-    ours, theirs = _pair(frozen)
+def test_a_value_type_behaves_as_its_dataclass(frozen: bool, slots: bool) -> None:
+    ours, theirs = _pair(frozen, slots)
     calls = [(("a",), {}), (("a", 2), {}), (("a",), {"size": 3, "tags": ["x"], "note": "n"}),
              ((), {"name": "b", "note": "other"})]
     for args, kwargs in calls:
@@ -54,8 +61,22 @@ def test_a_value_type_behaves_as_its_dataclass(frozen: bool) -> None:
     assert ours("a").__eq__("a") is NotImplemented
     # a fresh list from the factory for every instance
     assert ours("a").tags is not ours("a").tags
+    # this module's functions, and the dataclasses module's (given what they read on demand)
+    assert valuetypes.replace(ours("a", 2), size=5) == ours("a", 5)
     assert dataclasses.replace(ours("a", 2), size=5) == ours("a", 5)
-    assert [f.name for f in dataclasses.fields(ours)] == ["name", "size", "tags", "note"]
+    declared = _described(dataclasses.fields(theirs), dataclasses.MISSING)
+    assert _described(valuetypes.fields(ours), valuetypes.MISSING) == declared
+    assert _described(dataclasses.fields(ours("a")), dataclasses.MISSING) == declared
+    assert valuetypes.asdict(ours("a", tags=["t"])) == {"name": "a", "size": 1, "tags": ["t"],
+                                                         "note": None}
+    assert dataclasses.is_dataclass(ours) and not dataclasses.is_dataclass(base_of(ours))
+    assert ours.KIND == "sample" and "KIND" not in [f.name for f in valuetypes.fields(ours)]
+    # slots: no attribute beside the fields, on the value type as on the dataclass
+    if slots:
+        for value in (ours("a"), theirs("a")):
+            with pytest.raises((AttributeError, TypeError)):
+                value.colour = 1
+            assert not hasattr(value, "__dict__")
     # the same refusals as the dataclass's constructor
     for args, kwargs in [((), {}), (("a",), {"colour": 1}), (("a", 1, [], None, 5), {}),
                          (("a",), {"name": "b"})]:
@@ -63,6 +84,16 @@ def test_a_value_type_behaves_as_its_dataclass(frozen: bool) -> None:
             theirs(*args, **kwargs)
         with pytest.raises(TypeError):
             ours(*args, **kwargs)
+
+
+def _described(fields, missing) -> list[tuple]:
+    return [(f.name, "-" if f.default is missing else f.default,
+             "-" if f.default_factory is missing else f.default_factory, f.compare, f.repr,
+             dict(f.metadata)) for f in fields]
+
+
+def base_of(cls: type) -> type:
+    return Frozen if issubclass(cls, Frozen) else Value
 
 
 def test_a_frozen_value_type_hashes_and_refuses_changes_as_a_frozen_dataclass() -> None:
@@ -155,15 +186,38 @@ def test_a_class_that_writes_its_own_constructor_keeps_it() -> None:
 
 
 def test_declarations_a_value_type_cannot_honour_are_refused() -> None:
+    with pytest.raises(TypeError, match="valuetypes.field, not dataclasses.field"):
+        @value_type
+        class Theirs(Frozen):
+            a: int = dataclasses.field(default=0)
+
     with pytest.raises(TypeError, match="kw_only"):
         @value_type
         class KwOnly(Frozen):
-            a: int = dataclasses.field(kw_only=True)
+            a: int = field(kw_only=True)  # type: ignore[call-arg]
 
-    with pytest.raises(TypeError, match="init=False"):
+    with pytest.raises(TypeError, match="init"):
         @value_type
         class Hidden(Frozen):
-            a: int = dataclasses.field(init=False, default=0)
+            a: int = field(init=False, default=0)  # type: ignore[call-arg]
+
+    with pytest.raises(TypeError, match="InitVar and KW_ONLY"):
+        @value_type
+        class Later(Frozen):
+            a: dataclasses.InitVar[int]
+
+    with pytest.raises(TypeError, match="no type annotation"):
+        @value_type
+        class Unannotated(Frozen):
+            a = field(default=0)
+
+    for declare in (dataclasses.dataclass, value_type):  # the same refusal as a dataclass's
+        with pytest.raises(ValueError, match="mutable default"):
+            declare(type("Mutable", (Frozen,) if declare is value_type else (),
+                         {"__annotations__": {"a": "list"}, "a": []}))
+
+    with pytest.raises(ValueError, match="both default and default_factory"):
+        field(default=0, default_factory=int)
 
     with pytest.raises(TypeError, match="follows"):
         @value_type
@@ -204,11 +258,13 @@ def counting_exec(code, *args, **kwargs):
     return real_exec(code, *args, **kwargs)
 builtins.exec = counting_exec
 import virtdriver.cli, virtdriver.driver
-print(json.dumps(compiled))
+print(json.dumps({"compiled": compiled, "dataclasses": "dataclasses" in sys.modules}))
 """
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True)
-    compiled = json.loads(done.stdout)
+    result = json.loads(done.stdout)
+    compiled = result["compiled"]
+    assert not result["dataclasses"]  # nor imported the dataclasses module (and its inspect)
     assert "exec of source" not in compiled  # no function generated as a dataclass does
     # compiled at import: the constructors of the few values made then (the model's
     # converters and field declarations), nothing per class

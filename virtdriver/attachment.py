@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from virtdriver.config import Disk
 from virtdriver.hypervisor.domains import DiskUse
 
 from virtdriver.policy.identity import ALIAS_PREFIX  # noqa: F401 - re-exported
-from virtdriver.valuetypes import Frozen, value_type
+from virtdriver.valuetypes import Frozen, asdict, value_type
 
 
 @value_type
@@ -30,7 +29,7 @@ class Attachment(Frozen):
     live: bool
 
     def to_api(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return asdict(self)
 
     @classmethod
     def from_use(cls, use: DiskUse, volume: str | None = None) -> Attachment | None:

@@ -32,7 +32,6 @@ that, not the registrations the target holds.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -51,7 +50,7 @@ from virtdriver.policy.migration import still_arriving
 from virtdriver.policy.reservations import fence_message, reservation_route, shared_identities
 from virtdriver.policy.sharing import Danger, Use, dangers
 from virtdriver.tables import table_lines
-from virtdriver.valuetypes import Frozen, Value, value_type
+from virtdriver.valuetypes import Frozen, Value, asdict, replace, value_type
 
 DANGER_KINDS: Final = ("unshared", "cache", "format", "labels", "identity", "leak", "record",
                        "startup", "profile", "cinder", "fence")
@@ -105,7 +104,7 @@ class AuditReport(Value):
     def to_json(self) -> dict[str, Any]:
         return {"uri": self.uri, "state_dir": self.state_dir,
                 "danger": bool(self.dangers),
-                "volumes": [dataclasses.asdict(v) | {"guests": v.guests} for v in self.volumes]}
+                "volumes": [asdict(v) | {"guests": v.guests} for v in self.volumes]}
 
 
 def audit_host(conn: libvirt.virConnect, state_dir: str | Path) -> AuditReport:
@@ -225,9 +224,9 @@ def merge_views(attachments: list[AuditAttachment]) -> list[AuditAttachment]:
     """One row per guest and disk when its live and persistent views agree."""
     merged: dict[AuditAttachment, AuditAttachment] = {}
     for att in attachments:
-        key = dataclasses.replace(att, state="")
+        key = replace(att, state="")
         seen = merged.get(key)
-        merged[key] = att if seen is None else dataclasses.replace(att, state="live+config")
+        merged[key] = att if seen is None else replace(att, state="live+config")
     return list(merged.values())
 
 
@@ -302,7 +301,7 @@ def format_report(report: AuditReport) -> str:
             extra.append("host connection recorded")
         lines.append(f"{title}" + (f"  ({'; '.join(extra)})" if extra else ""))
         if vol.attachments:
-            rows = [dataclasses.asdict(a) | {"labels": " ".join(a.labels) or "-",
+            rows = [asdict(a) | {"labels": " ".join(a.labels) or "-",
                                              "cache": a.cache or "default",
                                              "format": a.format or "-",
                                              "shareable": "yes" if a.shareable else "no"}

@@ -43,10 +43,10 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _dest_options(source: Any, args: argparse.Namespace) -> Any:
-    import dataclasses
+    from virtdriver.valuetypes import replace
 
-    return dataclasses.replace(source.options, state_dir=args.dest_state_dir,
-                               mount_base=args.dest_mount_base)
+    return replace(source.options, state_dir=args.dest_state_dir,
+                   mount_base=args.dest_mount_base)
 
 
 def _prepare(args: argparse.Namespace) -> int:

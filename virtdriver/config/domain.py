@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 
 from virtdriver.config.lazy_lxml import etree  # imported when first used
 from virtdriver.config.disk import Address, Alias, Disk, Target
 from virtdriver.config.model import parse_xml
-from virtdriver.valuetypes import Value, value_type
+from virtdriver.valuetypes import Value, field, value_type
 
 
 @value_type
@@ -22,9 +21,9 @@ class DomainDisks(Value):
     uuid: str
     disks: list[Disk]
     controllers: list[tuple[str, str | None]]  # (type, model) of each controller
-    metadata: dict[str, str] = dataclasses.field(default_factory=dict)  # namespace -> XML
+    metadata: dict[str, str] = field(default_factory=dict)  # namespace -> XML
     # Units taken on SCSI controller 0 (bus 0, target 0) by devices other than disks (hostdevs).
-    other_drive_units: set[int] = dataclasses.field(default_factory=set)
+    other_drive_units: set[int] = field(default_factory=set)
 
     @classmethod
     def from_xml(cls, text: str | bytes, *, placement_only: bool = False) -> DomainDisks:

@@ -20,7 +20,6 @@ so nothing is silently dropped); ``strict=False`` keeps undeclared attributes an
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
@@ -30,7 +29,7 @@ from virtdriver.config.reader import ATTR, CHILD, CHILDREN, FLAG, TEXT_CHILD, Un
 from virtdriver.config.reader import parse_xml, read
 from virtdriver.config.values import INT, STR, Converter
 from virtdriver.errors import InvalidXMLValue, UndeclaredXML
-from virtdriver.valuetypes import Frozen, Value, value_type
+from virtdriver.valuetypes import Frozen, Value, field, fields, replace, value_type
 
 __all__ = ["ATTR", "CHILD", "CHILDREN", "FLAG", "TEXT_CHILD", "Converter", "Element", "INT", "STR",
            "Unknown", "attr", "child", "children", "declared_fields", "element", "flag",
@@ -43,7 +42,7 @@ E = TypeVar("E", bound="Element")
 def _declare(kind: str, xml_name: str | None, conv: Converter | None = None,
              cls: type | None = None, **field_kw: Any) -> Any:
     meta = {"kind": kind, "xml": xml_name, "conv": conv, "cls": cls}
-    return dataclasses.field(metadata={_META: meta}, **field_kw)
+    return field(metadata={_META: meta}, **field_kw)
 
 
 def attr(name: str | None = None, *, conv: Converter = STR) -> Any:
@@ -128,7 +127,7 @@ class Element(Value):
         root, prolog, epilog = read_document(text, strict)
         element = cls.from_element(root, strict=strict)
         if prolog or epilog:
-            element.unknown = dataclasses.replace(element.unknown or Unknown(), prolog=prolog,
+            element.unknown = replace(element.unknown or Unknown(), prolog=prolog,
                                                   epilog=epilog)
         return element
 
@@ -158,12 +157,12 @@ def element(tag: str) -> Callable[[type[E]], type[E]]:
 
     def build(cls: type[E]) -> type[E]:
         cls.__annotations__["unknown"] = "Unknown | None"
-        cls.unknown = dataclasses.field(default=None, repr=False)  # type: ignore[assignment]
+        cls.unknown = field(default=None, repr=False)  # type: ignore[assignment]
         # (no slots: a slotted dataclass is made twice, a quarter of the time every command's
         # start spends building the model's classes; attribute reads cost the same)
         cls = value_type(cls)
         cls.TAG = tag
-        every = dataclasses.fields(cls)  # type: ignore[arg-type]
+        every = fields(cls)  # type: ignore[arg-type]
         specs: list[_Spec] = []
         for f in every:
             meta = f.metadata.get(_META)

@@ -6,10 +6,9 @@ than it could (no KVM, no initiator for a protocol, shares that would not reach 
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Final, Literal
 
-from virtdriver.valuetypes import Frozen, Value, value_type
+from virtdriver.valuetypes import Frozen, Value, asdict, value_type
 
 Status = Literal["ok", "warn", "fail"]
 STATUSES: Final = ("ok", "warn", "fail")
@@ -43,5 +42,5 @@ class DoctorReport(Value):
     def to_json(self) -> dict[str, Any]:
         return {"uri": self.uri, "multiattach": self.multiattach_ok,
                 "problems": [f"{c.name}: {c.detail}" for c in self.failures],
-                "checks": [dataclasses.asdict(c) for c in self.checks],
+                "checks": [asdict(c) for c in self.checks],
                 "facts": self.facts}

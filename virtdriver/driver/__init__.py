@@ -13,7 +13,6 @@ Each operation is a module of steps: :mod:`~virtdriver.driver.attach` (one guest
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +26,7 @@ from virtdriver.hypervisor.domains import DiskUse
 from virtdriver.policy import check_attach_mode
 from virtdriver.policy.identity import check_instance, check_requested_volume_id
 from virtdriver.shapes import normalize
+from virtdriver.valuetypes import fields
 
 if TYPE_CHECKING:
     from virtdriver.driver.extend import ExtendResult
@@ -63,7 +63,7 @@ class LibvirtVolumeDriver:
         arguments.text(uri, "uri")
         arguments.instance_of(options, HostOptions, "options", "a HostOptions", optional=True)
         arguments.path(state_dir, "state_dir")
-        known = {f.name for f in dataclasses.fields(HostOptions)} - {"state_dir"}
+        known = {f.name for f in fields(HostOptions)} - {"state_dir"}
         unknown = sorted(set(host_options) - known)
         if unknown:
             raise InvalidRequest(f"{unknown[0]}: not a host option (known: "

@@ -12,7 +12,6 @@ partial success that looks like a whole one.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -32,7 +31,7 @@ from virtdriver.hypervisor import brick
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.domains import DiskUse
 from virtdriver.hypervisor.resize import resize_disk
-from virtdriver.valuetypes import Frozen, value_type
+from virtdriver.valuetypes import Frozen, asdict, value_type
 
 
 @value_type
@@ -51,7 +50,7 @@ class GuestSize(Frozen):
     fix: str | None = None  # the one command that brings this attachment up to date
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return asdict(self)
 
 
 @value_type

@@ -8,7 +8,6 @@ disks use a volume or its data is decided in :mod:`~virtdriver.hypervisor.volume
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable, Iterable
 
@@ -20,7 +19,7 @@ from virtdriver.hypervisor.metadata import NS, parse_notes
 from virtdriver.hypervisor.volume_users import HostView, Wanted
 from virtdriver.policy.identity import names_guest, volume_of_alias
 from virtdriver.policy.sharing import Use
-from virtdriver.valuetypes import Frozen, value_type
+from virtdriver.valuetypes import Frozen, field, replace, value_type
 
 LIST_ACTIVE = libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE
 LIST_PERSISTENT = libvirt.VIR_CONNECT_LIST_DOMAINS_PERSISTENT
@@ -91,7 +90,7 @@ class ListedDomain(Frozen):
     persistent: bool
     # libvirt's saved definition of a running domain, when the listing read it to learn that
     # the domain is defined (:func:`list_domains`): the XML cache's key needs those bytes next.
-    definition: bytes | None = dataclasses.field(default=None, compare=False, repr=False)
+    definition: bytes | None = field(default=None, compare=False, repr=False)
 
     def is_instance(self, instance: str) -> bool:
         return names_instance(self.name, self.uuid, instance)
@@ -156,7 +155,7 @@ class DomainXml(Frozen):
         disks = list(current.disks)
         if self.config is not None:
             disks += _placement_of(self.config).disks
-        return dataclasses.replace(current, disks=disks,
+        return replace(current, disks=disks,
                                    controllers=list(current.controllers),
                                    other_drive_units=set(current.other_drive_units))
 
@@ -178,7 +177,7 @@ class DomainState(Frozen):
     persistent: bool
     disks: list[DiskUse]
     controllers: list[tuple[str, str | None]]
-    other_drive_units: set[int] = dataclasses.field(default_factory=set)  # SCSI hostdevs etc.
+    other_drive_units: set[int] = field(default_factory=set)  # SCSI hostdevs etc.
 
     def uses(self) -> list[Use]:
         return [u.as_use() for u in self.disks]

@@ -8,11 +8,10 @@ therefore called before any connection is opened.
 from __future__ import annotations
 
 import threading
-from dataclasses import field
 
 import libvirt
 
-from virtdriver.valuetypes import Value, value_type
+from virtdriver.valuetypes import Value, field, value_type
 
 _loop_lock = threading.Lock()
 _loop_started = False

@@ -10,7 +10,6 @@ leaked connection, which ``audit`` reports.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -27,7 +26,7 @@ from virtdriver.hypervisor.locks import file_token
 from virtdriver.policy.migration import Arrival
 from virtdriver.volume.base import HostSecret
 from virtdriver.secrets import without_secrets
-from virtdriver.valuetypes import Value, value_type
+from virtdriver.valuetypes import Value, field, fields, value_type
 
 
 @value_type
@@ -35,14 +34,14 @@ class HostRecord(Value):
     """What was set up on this host for one volume."""
 
     protocol: str | None = None
-    properties: dict[str, Any] = dataclasses.field(default_factory=dict)
-    device_info: dict[str, Any] = dataclasses.field(default_factory=dict)
-    secrets: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (type, usage)
+    properties: dict[str, Any] = field(default_factory=dict)
+    device_info: dict[str, Any] = field(default_factory=dict)
+    secrets: list[tuple[str, str]] = field(default_factory=list)  # (type, usage)
     mount_point: str | None = None
-    connector_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    connector_options: dict[str, Any] = field(default_factory=dict)
     # Guests expected by live migration (prepared here, not arrived yet): their disks, as the
     # sharing rules will see them, written as Arrival.to_json gives them.
-    arriving: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    arriving: list[dict[str, Any]] = field(default_factory=list)
 
 
 class HostConnections:
@@ -94,8 +93,8 @@ class HostConnections:
     def save(self, volume_id: str, record: HostRecord) -> None:
         """Write the record whole or not at all: a new file, renamed over the old one."""
         path = self.path(volume_id)
-        fields = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
-        text = json.dumps(fields | {"volume_id": volume_id}, default=str).encode()
+        values = {f.name: getattr(record, f.name) for f in fields(record)}
+        text = json.dumps(values | {"volume_id": volume_id}, default=str).encode()
         tmp = path.with_suffix(".tmp")
         try:
             try:

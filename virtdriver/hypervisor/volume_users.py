@@ -9,7 +9,6 @@ the sharing rules (:func:`virtdriver.policy.sharing.users_of`) decide among the 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
 from collections.abc import Iterable
@@ -19,7 +18,7 @@ from virtdriver.hypervisor.dataid import DataIdentity, path_identity
 from virtdriver.hypervisor.metadata import NS
 from virtdriver.policy.identity import ALIAS_PREFIX, encode_volume_id
 from virtdriver.policy.sharing import Use, users_of
-from virtdriver.valuetypes import Frozen, value_type
+from virtdriver.valuetypes import Frozen, field, value_type
 
 if TYPE_CHECKING:  # domains.py builds on this module: only its types are needed here
     from virtdriver.hypervisor.domains import DomainState, DomainXml
@@ -117,15 +116,15 @@ class HostView(Frozen):
 
     domains: list[DomainXml]
     # Users libvirt does not list (yet): guests expected here by live migration.
-    arriving: list[Use] = dataclasses.field(default_factory=list)
+    arriving: list[Use] = field(default_factory=list)
     # The host-connection records' file names, as listed to find those arrivals (None: not
     # listed). Under a volume's lock they say whether that volume has a record.
     records: frozenset[str] | None = None
     # Path identities found while looking, and the answers given: one read of the host is asked
     # about the same volume and data more than once (before the connect, then per guest).
-    _paths: dict[str, DataIdentity] = dataclasses.field(default_factory=dict, repr=False,
+    _paths: dict[str, DataIdentity] = field(default_factory=dict, repr=False,
                                                         compare=False)
-    _answers: dict[tuple[str | None, DataIdentity | None], list[Use]] = dataclasses.field(
+    _answers: dict[tuple[str | None, DataIdentity | None], list[Use]] = field(
         default_factory=dict, repr=False, compare=False)
 
     def states(self) -> list[DomainState]:

@@ -17,12 +17,12 @@ arrive as it left, in one of two ways:
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any, Final
 
 from virtdriver.config import Disk
 from virtdriver.errors import MigrationRefused
+from virtdriver.valuetypes import fields, replace
 
 CARRIED: Final = ("target", "address", "alias", "boot", "encryption",
                   "driver (cache, io, error policies, iothread, queues, detect_zeroes, "
@@ -37,7 +37,7 @@ def _fields(element: Any) -> tuple[tuple[str, Any], ...] | None:
     """An element's declared values (its undeclared parts left out), for comparison."""
     if element is None:
         return None
-    return tuple((f.name, getattr(element, f.name)) for f in dataclasses.fields(element)
+    return tuple((f.name, getattr(element, f.name)) for f in fields(element)
                  if f.name != "unknown" and getattr(element, f.name) is not None)
 
 
@@ -76,11 +76,11 @@ def carried_over(leaving: Disk, rendered: Disk) -> Disk:
     ``leaving``. The driver keeps the destination's format and discard (promises: compared)."""
     driver = rendered.driver
     if leaving.driver is not None:
-        driver = dataclasses.replace(
+        driver = replace(
             leaving.driver, name=rendered.driver.name if rendered.driver else leaving.driver.name,
             type=rendered.driver.type if rendered.driver else None,
             discard=rendered.driver.discard if rendered.driver else None)
-    return dataclasses.replace(rendered, target=leaving.target or rendered.target,
+    return replace(rendered, target=leaving.target or rendered.target,
                                address=leaving.address, alias=leaving.alias or rendered.alias,
                                boot=leaving.boot, encryption=leaving.encryption, driver=driver)
 

@@ -20,7 +20,6 @@ sharing, cache policy for sharing, or labels: :mod:`virtdriver.policy` owns thos
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -28,7 +27,7 @@ from typing import Any, ClassVar
 from virtdriver.config import Source
 from virtdriver.answers import ValidAnswers
 from virtdriver.errors import InvalidConnectionInfo, show
-from virtdriver.valuetypes import Frozen, value_type
+from virtdriver.valuetypes import Frozen, Value, field, value_type
 # host_name is part of this contract too (protocol modules and plugins import it from here); the
 # one rule for host names and addresses lives in hostname.py.
 from virtdriver.volume.hostname import host_name, split_host_port  # noqa: F401
@@ -36,8 +35,8 @@ from virtdriver.volume.hostname import host_name, split_host_port  # noqa: F401
 DATA = "connection_info.data"
 
 
-@dataclasses.dataclass(slots=True)
-class RenderOptions:
+@value_type(slots=True)
+class RenderOptions(Value):
     """Host-side choices that influence a volume's source (not its sharing policy)."""
 
     mount_base: str | None = None
@@ -46,8 +45,8 @@ class RenderOptions:
     initiator_iqn: str | None = None
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class NovaBinding:
+@value_type(slots=True)
+class NovaBinding(Frozen):
     """What nova needs to know of a protocol, for :mod:`virtdriver.nova` to derive its adapter.
 
     ``driver_class`` is the dotted path of the nova 34 volume-driver class the adapter subclasses
@@ -63,8 +62,8 @@ class NovaBinding:
     default_aio_drops_native: bool = False
 
 
-@dataclasses.dataclass(slots=True)
-class VolumeSource:
+@value_type(slots=True)
+class VolumeSource(Value):
     """What a volume driver returns: disk type, source, and QEMU's opening defaults."""
 
     disk_type: str  # "block", "file" or "network"
@@ -156,7 +155,7 @@ class HostSecret(Frozen):
 
     usage_type: str
     usage: str
-    value: bytes = dataclasses.field(repr=False)
+    value: bytes = field(repr=False)
 
 
 # ---- reading ``data`` with messages that say where the problem is ------------------------------
