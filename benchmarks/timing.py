@@ -127,8 +127,9 @@ class AttachHost:
         self.doms: list[Any] = []
 
     def grow(self, count: int) -> Any:
-        """Start guests until there are ``count``; one untimed attach and detach on the first
-        (os-brick's one-time import and setup), which is returned: the guest measured on."""
+        """Start guests until there are ``count``, and wait until they are idle; one untimed
+        attach and detach on the first (os-brick's one-time import and setup), which is
+        returned: the guest measured on."""
         from testhosts.guests import sparse_file
 
         def start(i: int) -> Any:
@@ -139,11 +140,40 @@ class AttachHost:
 
         with ThreadPoolExecutor(4) as pool:
             self.doms += list(pool.map(start, range(len(self.doms), count)))
+        wait_until_idle(self.conn)
         first = self.doms[0]
         warm = file_volume(self.image)
         self.driver.attach_volume(warm, first.name())
         self.driver.detach_volume(first.name(), warm["data"]["volume_id"])
         return first
+
+
+def wait_until_idle(conn: Any, *, busy: float = 0.1, window: float = 0.5,
+                    timeout: float = 600.0) -> float:
+    """Wait until every running guest uses less than ``busy`` of a core over ``window`` seconds,
+    and return how long that took. An OS-less guest's firmware keeps a core busy for seconds
+    after it starts (measured: 8 guests started together kept both cores of this machine at
+    100% for 10 s, then used 4% together), so a benchmark that measured right after starting 24
+    or 64 guests measured attach during their boot, not on a host with that many guests."""
+    import libvirt
+
+    started = time.monotonic()
+
+    def cpu_times() -> dict[str, int]:
+        stats = conn.getAllDomainStats(libvirt.VIR_DOMAIN_STATS_CPU_TOTAL,
+                                       libvirt.VIR_CONNECT_GET_ALL_DOMAINS_STATS_ACTIVE)
+        return {dom.UUIDString(): values.get("cpu.time", 0) for dom, values in stats}
+
+    while True:
+        before, start = cpu_times(), time.monotonic()
+        time.sleep(window)
+        after, elapsed = cpu_times(), time.monotonic() - start
+        busiest = max((after[u] - before[u] for u in after.keys() & before.keys()), default=0)
+        if busiest / 1e9 / elapsed < busy:
+            return time.monotonic() - started
+        if time.monotonic() - started > timeout:
+            raise RuntimeError(f"the guests are still busy after {timeout:.0f} s (one used "
+                               f"{busiest / 1e9 / elapsed:.0%} of a core)")
 
 
 @contextlib.contextmanager
@@ -164,4 +194,4 @@ def attach_host(prefix: str) -> Iterator[AttachHost]:
 
 
 __all__ = ["LOCAL_CALLS", "AttachHost", "LibvirtCalls", "attach_host", "best_rate",
-           "file_volume", "round_trips", "timed"]
+           "file_volume", "round_trips", "timed", "wait_until_idle"]
