@@ -53,7 +53,7 @@ def test_a_value_type_behaves_as_its_dataclass(frozen: bool, slots: bool) -> Non
     for args, kwargs in calls:
         a, b = ours(*args, **kwargs), theirs(*args, **kwargs)
         assert repr(a) == repr(b)
-        assert dataclasses.asdict(a) == dataclasses.asdict(b)
+        assert dataclasses.asdict(a) == dataclasses.asdict(b) == valuetypes.asdict(a)
         assert dataclasses.astuple(a) == dataclasses.astuple(b)
     # equality: by value, same class only, compare=False fields left out
     assert ours("a", note="x") == ours("a", note="y") and ours("a") != ours("b")
@@ -106,6 +106,39 @@ def test_a_frozen_value_type_hashes_and_refuses_changes_as_a_frozen_dataclass() 
                        lambda v: setattr(v, "new", 1)):
             with pytest.raises(dataclasses.FrozenInstanceError):
                 change(value)
+
+
+def test_asdict_copies_nested_values_as_the_dataclasses_module_does() -> None:
+    from collections import namedtuple
+
+    Pair = namedtuple("Pair", "a b")
+
+    @value_type
+    class Inner(Frozen):
+        """Inner."""
+
+        n: int
+        tags: tuple = ()
+
+    @value_type
+    class Outer(Value):
+        """Outer."""
+
+        inner: Inner
+        items: list = field(default_factory=list)
+        table: dict = field(default_factory=dict)
+        pair: object = None
+        other: object = None
+
+    value = Outer(Inner(1, ("x",)), [Inner(2), [Inner(3)]], {"k": Inner(4), ("t",): [1]},
+                  Pair(Inner(5), 6), {7, 8})
+    ours = valuetypes.asdict(value)
+    assert ours == dataclasses.asdict(value)
+    assert ours["items"][1] == [{"n": 3, "tags": ()}] and type(ours["pair"]) is Pair
+    assert ours["other"] == {7, 8} and ours["other"] is not value.other  # deep-copied
+    assert ours["items"] is not value.items
+    with pytest.raises(TypeError):
+        valuetypes.asdict({"not": "a value type"})
 
 
 def test_a_mutable_value_type_is_unhashable_and_assignable() -> None:
@@ -270,3 +303,20 @@ print(json.dumps({"compiled": compiled, "dataclasses": "dataclasses" in sys.modu
     # converters and field declarations), nothing per class
     constructors = [name for name in compiled if name.endswith(".__init__>")]
     assert constructors == ["<Converter.__init__>", "<_Spec.__init__>"]
+
+
+def test_what_list_prints_is_made_without_the_dataclasses_module() -> None:
+    # `virtdriver list` prints each attachment's to_api(): asdict must not import dataclasses
+    # (nor build the dataclasses module's view of the class, which compiles four functions).
+    probe = """
+import json, sys
+from virtdriver.attachment import Attachment
+from virtdriver.valuetypes import fields
+a = Attachment(*[f"v{i}" for i in range(len(fields(Attachment)))])
+print(json.dumps({"api": a.to_api(), "dataclasses": "dataclasses" in sys.modules}))
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True)
+    result = json.loads(done.stdout)
+    assert not result["dataclasses"]
+    assert result["api"]["volumeId"] == "v3" and len(result["api"]) == 12

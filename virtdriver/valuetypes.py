@@ -88,7 +88,7 @@ def field(*, default: Any = MISSING, default_factory: Callable[[], Any] | Any = 
 def fields(class_or_instance: Any) -> tuple[Field, ...]:
     """The fields of a value type or of one of its instances, in order."""
     cls = class_or_instance if isinstance(class_or_instance, type) else type(class_or_instance)
-    every: tuple[Field, ...] | None = cls.__dict__.get("__value_fields__")
+    every: tuple[Field, ...] | None = getattr(cls, "__value_fields__", None)
     if every is None:
         raise TypeError(f"{cls.__qualname__} is not a value type")
     return every
@@ -103,11 +103,36 @@ def replace(obj: T, /, **changes: Any) -> T:
 
 
 def asdict(obj: Any) -> dict[str, Any]:
-    """``obj`` as a dict, value types, lists, tuples and dicts within copied
-    (``dataclasses.asdict``)."""
-    import dataclasses  # off every command's start: only --json output asks
+    """``obj``, a value type, as a dict of its fields, as ``dataclasses.asdict`` makes it: value
+    types, lists, tuples (named ones too) and dicts within copied the same way, anything else
+    deep-copied."""
+    fields(obj)  # a TypeError for anything but a value type
+    return _copied(obj)  # type: ignore[no-any-return]
 
-    return dataclasses.asdict(obj)
+
+_IMMUTABLE = (str, int, float, bool, bytes, type(None))  # what deepcopy returns as it is
+
+
+def _copied(obj: Any) -> Any:
+    kind = type(obj)
+    if kind in _IMMUTABLE:
+        return obj
+    every = getattr(kind, "__value_fields__", None)
+    if every is not None:
+        return {f.name: _copied(getattr(obj, f.name)) for f in every}
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return kind(*[_copied(v) for v in obj])
+    if isinstance(obj, (list, tuple)):
+        return kind(_copied(v) for v in obj)
+    if isinstance(obj, dict):
+        return kind((_copied(k), _copied(v)) for k, v in obj.items())
+    if hasattr(kind, "__dataclass_fields__"):  # a standard dataclass within
+        import dataclasses
+
+        return dataclasses.asdict(obj)
+    import copy
+
+    return copy.deepcopy(obj)
 
 
 class _DataclassView:
@@ -119,7 +144,7 @@ class _DataclassView:
         self.name = name
 
     def __get__(self, instance: Any, owner: type) -> Any:
-        if "__value_fields__" not in owner.__dict__:
+        if getattr(owner, "__value_fields__", None) is None:
             raise AttributeError(self.name)  # a base, not a value type
         import dataclasses
 
