@@ -68,12 +68,16 @@ def build_disk(connection_info: Mapping[str, Any], *, attach_mode: str | None = 
         raise InvalidConnectionInfo("connection_info.data", "is missing or not a JSON object")
     _check_target(target_dev, bus, device, scsi_unit)
     check_label_options(label_policy, shared_image_label)
-    options = RenderOptions(
-        mount_base=check_option_text("mount_base", mount_base),
-        native_iscsi=check_option_flag("native_iscsi", native_iscsi),
-        native_glusterfs=check_option_flag("native_glusterfs", native_glusterfs),
-        initiator_iqn=check_option_text("initiator_iqn", initiator_iqn))
-    check_option_text("shared_image_label", shared_image_label)
+    if (mount_base is None and initiator_iqn is None and shared_image_label is None
+            and native_iscsi is False and native_glusterfs is False):
+        options = RenderOptions()  # every host option at its default: nothing to check
+    else:
+        options = RenderOptions(
+            mount_base=check_option_text("mount_base", mount_base),
+            native_iscsi=check_option_flag("native_iscsi", native_iscsi),
+            native_glusterfs=check_option_flag("native_glusterfs", native_glusterfs),
+            initiator_iqn=check_option_text("initiator_iqn", initiator_iqn))
+        check_option_text("shared_image_label", shared_image_label)
     driver = get_driver(connection_info.get("driver_volume_type"))
     volume = driver.source(data, options)
     lun = device == "lun"
@@ -173,6 +177,22 @@ def user_alias(connection_info: Mapping[str, Any]) -> str | None:
 
 
 def _check_target(target_dev: object, bus: object, device: object, scsi_unit: object) -> None:
+    # The same few targets come back on every render: one found valid is not checked again
+    # (kept only for exact types: True would otherwise find the answer kept for unit 1).
+    exact = (target_dev.__class__ is str and bus.__class__ is str and device.__class__ is str
+             and (scsi_unit is None or scsi_unit.__class__ is int))
+    key = (target_dev, bus, device, scsi_unit)
+    if exact and _TARGETS_OK.get(key):
+        return
+    _refuse_target(target_dev, bus, device, scsi_unit)
+    if exact:
+        _TARGETS_OK.keep(key, True)
+
+
+_TARGETS_OK: ValidAnswers[tuple[object, ...], bool] = ValidAnswers(tuple, 1024)
+
+
+def _refuse_target(target_dev: object, bus: object, device: object, scsi_unit: object) -> None:
     if not isinstance(bus, str) or bus not in BUS_PREFIX:
         raise InvalidRenderOption(f"bus: {show(bus)} is not one of {', '.join(BUS_PREFIX)}")
     if not isinstance(device, str) or device not in DEVICES:

@@ -174,7 +174,8 @@ def optional_str(data: Mapping[str, Any], key: str) -> str | None:
         return None
     if not isinstance(value, str):
         raise InvalidConnectionInfo(_where(key), f"{show(value)} is not a string")
-    if not value or "\n" in value or "\r" in value or "\x00" in value or _SURROGATE.search(value):
+    if (not value or "\n" in value or "\r" in value or "\x00" in value
+            or (not value.isascii() and _SURROGATE.search(value))):
         raise InvalidConnectionInfo(_where(key), f"{show(value)} must be a non-empty single line")
     return value
 
@@ -188,7 +189,7 @@ def required_str(data: Mapping[str, Any], key: str) -> str:
 
 def absolute_path(data: Mapping[str, Any], key: str) -> str:
     value = required_str(data, key)
-    if not value.startswith("/") or "/../" in value + "/" or value.endswith("/"):
+    if not value.startswith("/") or "/../" in value or value.endswith(("/", "/..")):
         raise InvalidConnectionInfo(_where(key), f"{show(value)} is not an absolute path to a file "
                                     "or device")
     return value
