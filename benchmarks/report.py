@@ -249,7 +249,9 @@ def main() -> None:
         "measured on. Raw: `attachDeviceFlags` of the same `<disk>` (live and persistent), "
         "`detachDeviceFlags` + DEVICE_REMOVED. Floor: the raw attach preceded by the libvirt "
         "calls that reading who uses the data takes (both domain lists, each domain's live and "
-        f"persistent XML). Medians of {one['rounds']} rounds per count.",
+        f"persistent XML). Medians of {one['rounds']} rounds per count, measured once every "
+        "guest is idle (an OS-less guest's firmware keeps a core busy for seconds after it "
+        "starts: `timing.wait_until_idle`).",
         "",
         "| guests | domains on the host | raw attach (ms) | virtdriver attach (ms) | ratio | "
         "floor ratio | raw detach (ms) | virtdriver detach (ms) | ratio | calls to libvirtd "
@@ -274,9 +276,9 @@ def main() -> None:
         "record of the host connection; the guest's lock and target choice; the render. A "
         "detach reads the other guests while the guest releases the device, and the guest itself "
         "once it has. The floor row is the raw attach after reading every domain's XML "
-        "from libvirtd, as the driver did before it kept them. On two cores, the OS-less guests "
-        "(about 5% of a core each, idle) load the machine from a few dozen on: every side slows "
-        "down, the driver's own work included.",
+        "from libvirtd, as the driver did before it kept them. An idle OS-less guest uses about "
+        "1% of a core here; raw attach itself still takes longer as guests are added, for both "
+        "sides alike.",
         "", "![guests](guests.png)", "", "![attach](attach.png)", "",
         "## Fan-out (multi-create)",
         "",
