@@ -130,10 +130,14 @@ def test_asdict_copies_nested_values_as_the_dataclasses_module_does() -> None:
         pair: object = None
         other: object = None
 
-    value = Outer(Inner(1, ("x",)), [Inner(2), [Inner(3)]], {"k": Inner(4), ("t",): [1]},
-                  Pair(Inner(5), 6), {7, 8})
+    @dataclasses.dataclass
+    class Standard(dict):  # a dataclass first, as dataclasses.asdict sees it
+        n: int = 9
+
+    value = Outer(Inner(1, ("x",)), [Inner(2), [Inner(3)], Standard()],
+                  {"k": Inner(4), ("t",): [1]}, Pair(Inner(5), 6), {7, 8})
     ours = valuetypes.asdict(value)
-    assert ours == dataclasses.asdict(value)
+    assert ours == dataclasses.asdict(value) and ours["items"][2] == {"n": 9}
     assert ours["items"][1] == [{"n": 3, "tags": ()}] and type(ours["pair"]) is Pair
     assert ours["other"] == {7, 8} and ours["other"] is not value.other  # deep-copied
     assert ours["items"] is not value.items

@@ -103,9 +103,9 @@ def replace(obj: T, /, **changes: Any) -> T:
 
 
 def asdict(obj: Any) -> dict[str, Any]:
-    """``obj``, a value type, as a dict of its fields, as ``dataclasses.asdict`` makes it: value
-    types, lists, tuples (named ones too) and dicts within copied the same way, anything else
-    deep-copied."""
+    """``obj``, a value type, as a dict of its fields, as ``dataclasses.asdict`` makes it, in
+    its order: value types and dataclasses within made dicts, named tuples, lists, tuples and
+    dicts copied the same way, anything else deep-copied."""
     fields(obj)  # a TypeError for anything but a value type
     return _copied(obj)  # type: ignore[no-any-return]
 
@@ -120,16 +120,16 @@ def _copied(obj: Any) -> Any:
     every = getattr(kind, "__value_fields__", None)
     if every is not None:
         return {f.name: _copied(getattr(obj, f.name)) for f in every}
+    if hasattr(kind, "__dataclass_fields__"):  # a standard dataclass within
+        import dataclasses
+
+        return dataclasses.asdict(obj)
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):
         return kind(*[_copied(v) for v in obj])
     if isinstance(obj, (list, tuple)):
         return kind(_copied(v) for v in obj)
     if isinstance(obj, dict):
         return kind((_copied(k), _copied(v)) for k, v in obj.items())
-    if hasattr(kind, "__dataclass_fields__"):  # a standard dataclass within
-        import dataclasses
-
-        return dataclasses.asdict(obj)
     import copy
 
     return copy.deepcopy(obj)

@@ -1,6 +1,7 @@
-"""A declarative XML model: every attribute or child is declared once, on a dataclass field.
+"""A declarative XML model: every attribute or child is declared once, on a field.
 
-An element is a dataclass decorated with :func:`element`. Its fields, in element order, are
+An element is a value type (:mod:`virtdriver.valuetypes`: a dataclass made without the
+``dataclasses`` module) decorated with :func:`element`. Its fields, in element order, are
 declared with the helpers below; one generic writer (:meth:`Element.to_xml`, :mod:`.writer`) and
 one generic reader (:meth:`Element.from_xml`, :mod:`.reader`) walk those declarations, so
 formatting and parsing cannot drift apart; a field's value is converted by its :mod:`.values`
@@ -153,7 +154,7 @@ def _write_first(obj: Any, tag: str, indent: str, lead: str) -> str:
 
 
 def element(tag: str) -> Callable[[type[E]], type[E]]:
-    """Make ``cls`` a dataclass element with XML tag ``tag`` and compile its declarations."""
+    """Make ``cls`` a value type element with XML tag ``tag`` and compile its declarations."""
 
     def build(cls: type[E]) -> type[E]:
         cls.__annotations__["unknown"] = "Unknown | None"
