@@ -140,7 +140,7 @@ class AttachHost:
 
         with ThreadPoolExecutor(4) as pool:
             self.doms += list(pool.map(start, range(len(self.doms), count)))
-        wait_until_idle(self.conn)
+        wait_until_idle(self.conn, self.doms)
         first = self.doms[0]
         warm = file_volume(self.image)
         self.driver.attach_volume(warm, first.name())
@@ -148,21 +148,24 @@ class AttachHost:
         return first
 
 
-def wait_until_idle(conn: Any, *, busy: float = 0.1, window: float = 0.5,
+def wait_until_idle(conn: Any, doms: list[Any], *, busy: float = 0.1, window: float = 0.5,
                     timeout: float = 600.0) -> float:
-    """Wait until every running guest uses less than ``busy`` of a core over ``window`` seconds,
-    and return how long that took. An OS-less guest's firmware keeps a core busy for seconds
+    """Wait until each of ``doms`` (running guests) uses less than ``busy`` of a core over
+    ``window`` seconds, and return how long that took (other guests on the host, another
+    benchmark's, are not waited for). An OS-less guest's firmware keeps a core busy for seconds
     after it starts (measured: 8 guests started together kept both cores of this machine at
     100% for 10 s, then used 4% together), so a benchmark that measured right after starting 24
     or 64 guests measured attach during their boot, not on a host with that many guests."""
     import libvirt
 
     started = time.monotonic()
+    ours = {dom.UUIDString() for dom in doms}
 
     def cpu_times() -> dict[str, int]:
         stats = conn.getAllDomainStats(libvirt.VIR_DOMAIN_STATS_CPU_TOTAL,
                                        libvirt.VIR_CONNECT_GET_ALL_DOMAINS_STATS_ACTIVE)
-        return {dom.UUIDString(): values.get("cpu.time", 0) for dom, values in stats}
+        return {uuid: values.get("cpu.time", 0) for dom, values in stats
+                if (uuid := dom.UUIDString()) in ours}
 
     while True:
         before, start = cpu_times(), time.monotonic()
