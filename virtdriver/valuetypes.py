@@ -19,9 +19,9 @@ Every dataclass of virtdriver is made so. The protocol drivers' contract (``volu
 makes its classes with ``slots=True``, so that an attribute a plugin misspells is refused.
 
 Supported: fields with or without a default or a default factory, ``compare=False``,
-``repr=False``, ``metadata``, ``__post_init__``, inherited fields, ``slots=True``. Refused when the class is made:
-``dataclasses.field`` (use this module's), ``InitVar`` and ``KW_ONLY``, a mutable default, a field
-without a default after one with.
+``repr=False``, ``metadata``, ``__post_init__``, inherited fields, ``slots=True``. Refused when
+the class is made: ``dataclasses.field`` (use this module's), ``InitVar`` and ``KW_ONLY``, a
+mutable default, a field without a default after one with.
 """
 
 from __future__ import annotations
