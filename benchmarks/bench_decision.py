@@ -2,12 +2,13 @@
 
     .venv/bin/python benchmarks/bench_decision.py [--counts 1 2 4 8 16 32 64]
 
-The answer comes from libvirt's live state: both domain lists and every domain's live and
-persistent XML, read each time (no cache), so the libvirt round trips grow with the guests; only
-the domains whose XML can hold the volume or its data are parsed. Each guest has the shared
-volume attached (all of them match: the worst case for parsing) and a volume of its own. The
-time is the median of the decision as detach takes it (``Host.users(volume, data)``: the read,
-the parse, the arrivals by migration).
+The answer comes from libvirt's live state: the list of domains and every domain's live and
+persistent XML as libvirt has it now (read again, from libvirt's saved files, only for the
+domains libvirt changed: :mod:`virtdriver.hypervisor.xmlcache`); only the domains whose XML can
+hold the volume or its data are parsed. Each guest has the shared volume attached (all of them
+match: the worst case for parsing) and a volume of its own. The time is the median of the
+decision as detach takes it (``Host.users(volume, data)``: the read, the parse, the arrivals by
+migration), measured once the guests are idle (``timing.start_idle``).
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ import sys
 import tempfile
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import libvirt
 
 # testhosts/ is not installed: it comes from the checkout this script is in
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import start_idle  # noqa: E402
+
 from virtdriver import LibvirtVolumeDriver
 from virtdriver.hypervisor.dataid import path_identity
 from testhosts.guests import Guests, open_connection, sparse_file
@@ -55,8 +58,7 @@ def main() -> None:
                     dom.name())
                 return dom
 
-            with ThreadPoolExecutor(4) as pool:
-                new = list(pool.map(start, range(len(doms), count)))
+            new = start_idle(conn, start, range(len(doms), count))
             if new:
                 driver.attach_volume_to_many(info, [d.name() for d in new])
             doms += new
