@@ -267,14 +267,15 @@ def main() -> None:
           f"{r['detach_round_trips']} |" for r in curve],
         "",
         "What the driver does beyond raw libvirt, under the volume's and the data's locks: the "
-        "list of the host's domains (one call once libvirt's saved definitions are trusted, "
-        "which then say which running domains are defined) and every domain's live and "
-        "persistent XML as libvirt has it now (the "
-        "sharing and \"still used\" decisions), each domain's XML kept while libvirt's two "
-        "saved files of it (its definition and its live state) hold the same bytes, and read "
-        "from those files when libvirt saved something new of it, so the calls to libvirtd do "
-        "not grow with the guests nor with what changed them (the last column, "
-        "counted in one untimed run; `benchmarks/profile_attach.py` names them); a look at each XML text for the volume's "
+        "list of the host's domains and every domain's live and persistent XML as libvirt has "
+        "it now (the sharing and \"still used\" decisions). Each domain's XML is kept while "
+        "libvirt's two saved files of it (its definition and its live state) are unchanged, "
+        "and read from those files when libvirt saved something new of it; an inotify watch on "
+        "the two directories says which files changed, so an unchanged file is not read, and "
+        "the list is asked of libvirtd only when a file came or went there (a domain started, "
+        "stopped, defined or undefined): the calls to libvirtd do not grow with the guests nor "
+        "with what changed them (the last column, counted in one untimed run; "
+        "`benchmarks/profile_attach.py` names them); a look at each XML text for the volume's "
         "alias, a swap note, the identity of every source path or a network volume's name, so "
         "that only the guests that can hold the volume or its data are parsed; the crash-safe "
         "record of the host connection; the guest's lock and target choice; the render. A "
@@ -296,9 +297,9 @@ def main() -> None:
         "", "![fan-out](fanout.png)", "",
         "## The 'still used on this host' decision",
         "",
-        "As detach takes it (`Host.users(volume, data)`): the list of domains, every domain's XML "
-        "as libvirt has it now (read again, from libvirt's saved files, only for the domains "
-        "libvirt changed), "
+        "As detach takes it (`Host.users(volume, data)`): the list of domains (kept while no "
+        "domain came or went), every domain's XML as libvirt has it now (read again, from "
+        "libvirt's saved files, only for the domains libvirt changed), "
         "the guests that can hold the volume or its data parsed (here every guest holds it: the "
         "worst case, which grows with the guests), the arrivals by live migration.",
         "",

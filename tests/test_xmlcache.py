@@ -154,13 +154,60 @@ def test_one_list_call_only_once_a_definitions_change_was_seen(tmp_path) -> None
     assert cache.trusted and cache.watching and not cache.definitions_trusted
     cache.confirm(listed(a), (b"cfg 0", b"state"))  # its definition changed too
     assert cache.definitions_trusted and not cache.watching
-    assert cache.definition("a") == (True, b"cfg") and cache.definition("t") == (False, None)
-    # the definition's bytes the listing read are the key's (read before any XML), once
-    as_listed = ListedDomain(a, "a", "uuid-a", True, True, b"cfg as listed")
-    assert cache.saved(as_listed, as_listed=True) == (b"cfg as listed", b"state")
-    assert cache.saved(as_listed) == (b"cfg", b"state")  # after a change of ours: read anew
+    assert cache.definition("a") and not cache.definition("t")
     cache.forget()  # a new connection: perhaps another daemon
     assert not cache.definitions_trusted and cache.watching
+
+
+def test_the_list_is_kept_until_a_saved_file_comes_or_goes(tmp_path) -> None:
+    """Once both directories are trusted, the last list stands while the watch names only
+    files of listed domains that are still there (a domain changed); a file that comes (a
+    start, a define) or goes (a stop, an undefine, a rename), another connection, or a watch
+    that cannot tell, make it again. Before both are trusted, it is made every time -- and
+    made while the lock the list's definition() takes is free (no deadlock)."""
+    import os
+
+    files = Saved(tmp_path)
+    cache = XmlCache(files.config, files.state)
+    a = FakeDom("a")
+    files.save("a", "cfg", "state")
+    made: list[int] = []
+
+    def make() -> list[ListedDomain]:
+        made.append(1)
+        return [ListedDomain(a, "a", "uuid-a", True, cache.definition("a"))]
+
+    conn = object()
+    cache.confirm(listed(a), (b"cfg 0", b"state"))  # only a definition's change seen
+    assert cache.definitions_trusted and not cache.states_trusted
+    cache.listed(conn, make)
+    cache.listed(conn, make)
+    assert len(made) == 2
+    cache.confirm(listed(a), (b"cfg", b"state 0"))  # and a live state's
+    first = cache.listed(conn, make)
+    assert cache.listed(conn, make) is first and len(made) == 3
+    files.save("a", "cfg 1", "state 1")  # a listed domain changed: the list stands
+    tmp = files.state / "a.xml.new"  # ... as libvirt saves it, too
+    tmp.write_text("state 2")
+    os.replace(tmp, files.state / "a.xml")
+    assert cache.listed(conn, make) is first and len(made) == 3
+    files.save("b", state="state b")  # a domain started
+    second = cache.listed(conn, make)
+    assert second is not first and len(made) == 4
+    assert cache.listed(conn, make) is second
+    (files.state / "b.xml").unlink()  # ... and stopped
+    assert cache.listed(conn, make) is not second and len(made) == 5
+    files.save("c", "cfg c")  # a domain defined
+    cache.listed(conn, make)
+    assert len(made) == 6
+    (files.state / "a.xml").unlink()  # a listed domain stopped, then started again
+    files.save("a", state="state 3")
+    cache.listed(conn, make)
+    assert len(made) == 7
+    cache.listed(object(), make)  # another connection
+    assert len(made) == 8
+    cache.forget()
+    assert not cache.states_trusted
 
 
 def test_missing_files_mean_reading_and_a_vanished_domain_is_left_out(tmp_path) -> None:
@@ -234,8 +281,8 @@ def test_the_driver_sees_every_change_made_behind_its_back(guests, volume_driver
 @pytest.mark.hypervisor
 def test_one_list_call_once_trusted_gives_libvirts_own_flags(guests, volume_driver, system_conn,
                                                             tmp_path) -> None:
-    """Once the cache is trusted, the host is listed with one call to libvirtd, and each
-    domain's flags are libvirt's own: running or not from the list's ids, defined or not from
+    """Once the cache is trusted, the host is listed with one call to libvirtd (none while no
+    domain came or went), and each domain's flags are libvirt's own: running or not from the list's ids, defined or not from
     the definition's file, through a define of a running transient guest and an undefine of a
     running persistent one."""
     from tests.support.volumes import file_volume
@@ -272,8 +319,10 @@ def test_one_list_call_once_trusted_gives_libvirts_own_flags(guests, volume_driv
 
     libvirt.virConnect.listAllDomains = counted
     try:
-        assert flags() == {persistent.name(): (True, True), transient.name(): (True, False),
-                           stopped.name(): (False, True)}
+        expected = {persistent.name(): (True, True), transient.name(): (True, False),
+                    stopped.name(): (False, True)}
+        assert flags() == expected
+        assert flags() == expected  # the list is kept: no domain came or went since
     finally:
         libvirt.virConnect.listAllDomains = real
     assert calls == [0]
@@ -288,6 +337,78 @@ def test_one_list_call_once_trusted_gives_libvirts_own_flags(guests, volume_driv
 
 
 @pytest.mark.hypervisor
+def test_the_kept_list_is_made_again_when_a_guest_comes_or_goes_elsewhere(
+        guests, volume_driver, system_conn, tmp_path, monkeypatch) -> None:
+    """Once trusted, the driver lists the host again only when libvirt's saved files show that
+    a domain came or went; each such change made by another process (virsh) or another
+    connection is seen by the very next decision: a guest started with the data, stopped, a
+    definition holding it made and removed. Where nothing came or went, no list is asked for."""
+    import subprocess
+
+    from tests.support.volumes import file_volume
+    from virtdriver.errors import VolumeInUse
+
+    connection = volume_driver.connection
+    if connection.xml is None:
+        pytest.skip("this libvirt's saved state is not where the host's QEMU driver keeps it")
+    a = guests.start("a")
+    warm, data = tmp_path / "warm.raw", tmp_path / "data.raw"
+    for path in (warm, data):
+        path.write_bytes(b"\0" * 65536)
+    volume_driver.attach_volume(file_volume(str(warm), multiattach=True), a.name())
+    assert connection.xml.definitions_trusted and connection.xml.states_trusted
+    calls: list[int] = []
+    real = libvirt.virConnect.listAllDomains
+
+    def counted(self, flags=0):  # noqa: ANN001 - libvirt's own signature
+        calls.append(flags)
+        return real(self, flags)
+
+    monkeypatch.setattr(libvirt.virConnect, "listAllDomains", counted)
+    info = file_volume(str(data), multiattach=False)
+    vid = info["data"]["volume_id"]
+    assert volume_driver.volume_users(vid) == []  # the first list once trusted: kept
+    assert volume_driver.volume_users(vid) == []
+    assert calls == [0]  # nothing came or went since
+    calls.clear()
+    foreign = (f"<disk type='file' device='disk'><driver name='qemu' type='raw'/>"
+               f"<source file='{data}'/><target dev='vdc' bus='virtio'/></disk>")
+    # another process starts a guest that holds the data
+    name = guests.unique_name("other")
+    xml = system_conn.lookupByName(a.name()).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+    import re
+
+    xml = re.sub(r"<uuid>[^<]*</uuid>", "", xml.replace(f"<name>{a.name()}</name>",
+                                                         f"<name>{name}</name>"))
+    xml = re.sub(r"<disk type='file' device='disk'>.*?</disk>", "", xml, flags=re.S)
+    xml = xml.replace("</devices>", foreign + "</devices>")
+    (tmp_path / "other.xml").write_text(xml)
+    guests.adopt(name, persistent=False)
+    subprocess.run(["virsh", "-q", "-c", "qemu:///system", "create", str(tmp_path / "other.xml")],
+                   check=True, capture_output=True)
+    with pytest.raises(VolumeInUse, match="under another name"):
+        volume_driver.attach_volume(info, a.name())
+    assert len(calls) == 1  # it came: listed once
+    # ... and stops it: gone for the next decision
+    subprocess.run(["virsh", "-q", "-c", "qemu:///system", "destroy", name], check=True,
+                   capture_output=True)
+    volume_driver.attach_volume(info, a.name())
+    volume_driver.detach_volume(a.name(), vid)
+    assert len(calls) == 2
+    # a definition that holds the data, made by another connection while no guest runs it:
+    # a user of it (the host side stays connected); undefined: not any more
+    volume_driver.attach_volume(info, a.name())
+    defined = system_conn.defineXML(xml)
+    guests.adopt(name, persistent=True)
+    volume_driver.detach_volume(a.name(), vid)
+    assert vid in volume_driver.host.connected()
+    defined.undefine()
+    assert volume_driver.volume_users(vid) == []
+    calls.clear()
+    volume_driver.volume_users(vid)
+    assert calls == []
+
+
 def _canonical(xml: str) -> bytes:
     """The document with whitespace-only text left out, in canonical form."""
     from lxml import etree
@@ -301,6 +422,7 @@ def _canonical(xml: str) -> bytes:
     return etree.tostring(root, method="c14n")
 
 
+@pytest.mark.hypervisor
 def test_a_running_guests_saved_xml_is_what_libvirt_returns_for_it(
         guests, volume_driver, system_conn, tmp_path) -> None:
     """The XML cache takes a running guest's XML from the files libvirt saves it in (once

@@ -71,11 +71,12 @@ class Connection:
     def list_domains(self) -> list[ListedDomain]:
         """Every domain on the host with its flags (:func:`~virtdriver.hypervisor.domains.
         list_domains`): in one call to libvirtd once the XML cache trusts libvirt's saved files,
-        which then say which running domains are defined."""
+        which then say which running domains are defined; in none while they say no domain came
+        or went since the last list (:meth:`~virtdriver.hypervisor.xmlcache.XmlCache.listed`)."""
         cache = self.xml
         conn = self.get()
         if cache is not None and cache.definitions_trusted:
-            return list_domains(conn, cache.definition)
+            return cache.listed(conn, lambda: list_domains(conn, cache.definition))
         return list_domains(conn)
 
     def security_models(self) -> tuple[str, ...]:

@@ -88,9 +88,6 @@ class ListedDomain(Frozen):
     uuid: str
     active: bool
     persistent: bool
-    # libvirt's saved definition of a running domain, when the listing read it to learn that
-    # the domain is defined (:func:`list_domains`): the XML cache's key needs those bytes next.
-    definition: bytes | None = field(default=None, compare=False, repr=False)
 
     def is_instance(self, instance: str) -> bool:
         return names_instance(self.name, self.uuid, instance)
@@ -248,13 +245,13 @@ def source_key(disk: Disk) -> tuple[str | int | None, ...] | None:
 
 
 def list_domains(conn: libvirt.virConnect,
-                 definition: Callable[[str], tuple[bool, bytes | None]] | None = None
+                 definition: Callable[[str], bool] | None = None
                  ) -> list[ListedDomain]:
     """Every domain on the host, running or defined, with both flags.
 
     A domain is running, defined, or both, so two list calls give every domain and both flags.
-    With ``definition`` (whether libvirt keeps a definition of the named domain, and its saved
-    bytes if they could be read, answered without asking libvirtd:
+    With ``definition`` (whether libvirt keeps a definition of the named domain, answered
+    without asking libvirtd:
     :meth:`~virtdriver.hypervisor.xmlcache.XmlCache.definition`), one call: a listed domain runs
     when it has an id (which the list brings, ``-1`` when it does not run), a domain that does
     not run is defined (libvirt keeps no other), and ``definition`` says whether a running one is.
@@ -266,8 +263,7 @@ def list_domains(conn: libvirt.virConnect,
             if dom.ID() == -1:
                 found.append(ListedDomain(dom, name, dom.UUIDString(), False, True))
                 continue
-            defined, saved = definition(name)
-            found.append(ListedDomain(dom, name, dom.UUIDString(), True, defined, saved))
+            found.append(ListedDomain(dom, name, dom.UUIDString(), True, definition(name)))
         return found
     domains = {d.UUIDString(): d for d in conn.listAllDomains(LIST_ACTIVE)}
     active = set(domains)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,47 @@ class HostConnections:
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
         self.records = state_dir / "connections"
+        # Each record's arrival notes as last read, and the records' names as last listed,
+        # while a watch on the directory (see filewatch) has not named the record, or a record
+        # that came or went, since; the watch is made once the directory exists.
+        self._watch: Any = None
+        self._arrivals: dict[str, list[Arrival]] = {}
+        self._names_kept: list[str] | None = None
+        self._names_set: frozenset[str] = frozenset()
+        self._arrivals_lock = threading.Lock()
+
+    def _follow(self) -> bool:
+        """Take in what the watch names (the caller holds ``_arrivals_lock``); False when there
+        is no watch (nothing is kept)."""
+        from virtdriver.hypervisor.filewatch import DirWatch, WatchUnavailable
+
+        changes = None
+        if self._watch is None:
+            try:
+                self._watch = DirWatch([self.records])
+            except WatchUnavailable:
+                return False
+        else:
+            changes = self._watch.changes()
+        if changes is None:  # a new watch, or one that cannot tell: nothing kept holds
+            if self._watch is not None and not self._watch.usable:  # the directory went
+                self._watch.close()
+                self._watch = None
+            self._arrivals.clear()
+            self._names_kept = None
+            return True
+        kept, self._names_kept = self._names_kept, None
+        try:
+            for name, removed in changes.get(str(self.records), {}).items():
+                self._arrivals.pop(name, None)
+                if kept is not None and name.endswith(".json") and (removed or name not in
+                                                                    self._names_set):
+                    kept = None
+        except BaseException:  # (an interrupt) what was taken from the queue is lost
+            self._arrivals.clear()
+            raise
+        self._names_kept = kept
+        return True
 
     def path(self, volume_id: str) -> Path:
         return self.records / f"{file_token(volume_id)}.json"
@@ -222,22 +264,42 @@ class HostConnections:
         parsed (inside a JSON string the key's quotes would be escaped, so that text cannot
         come from a string; a nested key of that name, with the top-level one missing, has no
         arrivals either)."""
-        found = []
-        names = self._listed()
-        for name in names or ():
-            try:
-                raw = read_bytes(f"{self.records}/{name}")
-            except OSError:
-                continue  # audit reports it; it must not block other volumes
-            if raw.count(b'"arriving"') == 1 and b'"arriving": []' in raw:
-                continue
-            try:
-                record = self._parse(self.records / name, raw.decode("utf-8"))[1]
-            except (StateError, UnicodeDecodeError):
-                continue
-            if record is not None:
-                found += [Arrival.from_json(a) for a in record.arriving]
-        return found, (frozenset(names) if names is not None else None)
+        found: list[Arrival] = []
+        with self._arrivals_lock:
+            watched = self._follow()  # before the list and the reads: a change shows next
+            names = self._names_kept if watched else None
+            if names is None:
+                names = self._listed()
+                if watched and names is not None:
+                    self._names_kept, self._names_set = names, frozenset(names)
+            arrivals = self._arrivals
+            for name in names or ():
+                notes = arrivals.get(name) if watched else None
+                if notes is None:
+                    notes = self._read_arrivals(name)
+                    if notes is None:
+                        continue
+                    if watched:
+                        arrivals[name] = notes
+                found += notes
+            listed = (None if names is None else self._names_set if watched
+                      else frozenset(names))
+        return found, listed
+
+    def _read_arrivals(self, name: str) -> list[Arrival] | None:
+        """One record's arrival notes (``None`` when it cannot be read or parsed: audit reports
+        it; it must not block other volumes)."""
+        try:
+            raw = read_bytes(f"{self.records}/{name}")
+        except OSError:
+            return None
+        if raw.count(b'"arriving"') == 1 and b'"arriving": []' in raw:
+            return []
+        try:
+            record = self._parse(self.records / name, raw.decode("utf-8"))[1]
+        except (StateError, UnicodeDecodeError):
+            return None
+        return [] if record is None else [Arrival.from_json(a) for a in record.arriving]
 
     def _paths(self) -> list[Path]:
         return [self.records / name for name in self._names()]

@@ -87,18 +87,20 @@ class Wanted:
             self._needles.append("<source")  # an identity of a kind not known here: parse
 
     def may_be_in(self, xml: str) -> bool:
-        if any(needle in xml for needle in self._needles):
-            return True
-        if self._notes is not None and NS in xml and (
-                not self._notes or any(note in xml for note in self._notes)):
+        for needle in self._needles:  # (a loop, not any(): asked of every domain, twice)
+            if needle in xml:
+                return True
+        notes = self._notes
+        if notes is not None and NS in xml and (not notes or any(n in xml for n in notes)):
             return True
         if not self._by_path:
             return False
+        paths, data = self._paths, self.data
         for path in source_paths(xml):
-            found = self._paths.get(path)
+            found = paths.get(path)
             if found is None:
-                found = self._paths[path] = path_identity(path)
-            if found == self.data:
+                found = paths[path] = path_identity(path)
+            if found == data:
                 return True
         return False
 

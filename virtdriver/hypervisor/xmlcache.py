@@ -42,6 +42,19 @@ directory too, the host is listed in one call (every domain, each with its id, `
 does not run), and a running domain is defined exactly when its definition's file is there
 (:meth:`XmlCache.definition`) -- the rule libvirtd itself applies when it starts and finds the
 domains it left running.
+
+The watch: reading every domain's two files still grows with the guests. libvirt saves a file by
+writing ``<name>.xml.new`` and renaming it over ``<name>.xml``, and removes it with an unlink; the
+kernel queues an inotify event for either before the call returns
+(:mod:`~virtdriver.hypervisor.filewatch`). So a file the watch on the two directories has not
+named since it was read holds what was read: it is not read again. A change made under a lock
+this process then takes (another process's attach to the same data) reached the file, and so the
+queue, before that lock was released, and the queue is drained after the lock is taken: the read
+sees it. And the list: a domain starts, stops, is defined, undefined or renamed only with a file
+that comes or goes in one of the two directories; while none did (a file named that is not a
+listed domain's, or was removed or renamed away), the last list still holds and libvirtd is not
+asked. When the watch cannot tell (its queue overflowed, a directory went, the process forked),
+everything is read and listed again.
 """
 
 from __future__ import annotations
@@ -49,13 +62,17 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import libvirt
 
 from virtdriver.hostfiles import read_bytes
 from virtdriver.hypervisor.domains import DomainXml, ListedDomain
+
+if TYPE_CHECKING:
+    from virtdriver.hypervisor.filewatch import DirWatch
 
 SYSTEM_URI = "qemu:///system"
 CONFIG_DIR = Path("/etc/libvirt/qemu")
@@ -79,41 +96,144 @@ class XmlCache:
         self.states_seen = False  # ... and one of them in a live state's file
         self._refused = False  # a change of ours did not show: never trusted again
         self._lock = threading.Lock()
-        self._kept: dict[str, tuple[tuple[str, bool, bool, Saved], str, str | None]] = {}
+        self._kept: dict[str, tuple[tuple[str, bool, bool, Saved], DomainXml]] = {}
+        # The saved files read since the watch was last drained without naming them (by path):
+        # they hold what was read (see "The watch" in the module's description).
+        self._files: dict[str, bytes] = {}
+        self._drains = 0  # drains of the watch that named a file: a read across one is not kept
+        # The last list of the host, with the names it gave a definition's and a live state's
+        # file, while the watch has named no file that came or went since it was made.
+        self._listing: tuple[object, list[ListedDomain], frozenset[str], frozenset[str]] | None
+        self._listing = None
+        self._listings = 0  # lists dropped: a list made across a drop is not kept
+        self._watch: DirWatch | None = None
+        if self.usable:
+            from virtdriver.hypervisor import filewatch  # ctypes: only when a cache is made
+
+            try:
+                self._watch = filewatch.DirWatch([config_dir, state_dir])
+            except filewatch.WatchUnavailable:
+                self._watch = None
 
     @classmethod
     def for_uri(cls, uri: str) -> XmlCache | None:
         cache = cls() if uri == SYSTEM_URI else None
         return cache if cache is not None and cache.usable else None
 
-    def saved(self, listed: ListedDomain, *, as_listed: bool = False) -> Saved | None:
-        """What libvirt saved of this domain: its definition (persistent domains) and its live
-        state (running ones); ``None`` when a file it must have cannot be read. ``as_listed``:
-        the definition's bytes the listing read, if it did (:meth:`definition`)."""
+    # ---- the watch ------------------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        """Take in what the watch names (the caller holds the lock): the files it names are read
+        again, and a file that came or went drops the list. Everything, when it cannot tell."""
+        changes = self._watch.changes() if self._watch is not None else None
+        if changes is None:
+            self._drop_all()
+            return
+        if not changes:
+            return
         try:
-            config = None
-            if listed.persistent:
-                config = listed.definition if as_listed else None
-                if config is None:
-                    config = read_bytes(f"{self._config}{listed.name}.xml")
-            state = (read_bytes(f"{self._state}{listed.name}.xml") if listed.active
+            self._take(changes)
+        except BaseException:  # (an interrupt) what was taken from the queue is lost
+            self._drop_all()
+            raise
+
+    def _take(self, changes: dict[str, dict[str, bool]]) -> None:
+        self._drains += 1
+        listing = self._listing
+        for directory, names in changes.items():
+            is_config = directory == str(self.config_dir)
+            prefix = self._config if is_config else self._state
+            for name, removed in names.items():
+                if not name.endswith(".xml"):
+                    continue  # libvirt's temporary files and others: a save ends in a rename
+                self._files.pop(prefix + name, None)
+                if listing is None:
+                    continue
+                known = listing[2] if is_config else listing[3]
+                if removed or name[:-4] not in known:  # a domain came, went, or changed
+                    listing = None
+        if listing is None and self._listing is not None:
+            self._listing = None
+            self._listings += 1
+
+    def _drop_all(self) -> None:
+        self._files.clear()
+        self._drains += 1
+        if self._listing is not None:
+            self._listing = None
+        self._listings += 1
+
+    def _file(self, path: str, drains: int) -> bytes:
+        """A saved file's bytes: as read before, if the watch has not named it since; else read
+        now (and kept if no drain came between ``drains``, the count the caller took, and now)."""
+        found = self._files.get(path)
+        if found is not None:
+            return found
+        data = read_bytes(path)
+        if self._watch is not None:
+            with self._lock:
+                if self._drains == drains:
+                    self._files[path] = data
+        return data
+
+    # ---- the list -------------------------------------------------------------------------------
+
+    def listed(self, conn: object, make: Callable[[], list[ListedDomain]]
+               ) -> list[ListedDomain]:
+        """The host's list of domains: the last one made on ``conn``, while the watch names no
+        definition or live state file that came or went since (a start, a stop, a define, an
+        undefine, a rename each add or remove one before the call that made it returns); else
+        ``make()``'s. Only once both directories are trusted (:attr:`definitions_trusted`,
+        :attr:`states_trusted`)."""
+        with self._lock:
+            self._drain()  # before make(): definition() takes files the watch has not named
+            keep = (self.definitions_trusted and self.states_trusted
+                    and self._watch is not None)
+            listing = self._listing
+            if keep and listing is not None and listing[0] is conn:
+                return listing[1]
+            listings = self._listings
+        made = make()
+        with self._lock:
+            if keep and self._listings == listings:
+                self._listing = (conn, made, frozenset(d.name for d in made if d.persistent),
+                                 frozenset(d.name for d in made if d.active))
+        return made
+
+    def saved(self, listed: ListedDomain) -> Saved | None:
+        """What libvirt saved of this domain: its definition (persistent domains) and its live
+        state (running ones); ``None`` when a file it must have cannot be read."""
+        with self._lock:
+            self._drain()
+            drains = self._drains
+        return self._saved(listed, drains)
+
+    def _saved(self, listed: ListedDomain, drains: int) -> Saved | None:
+        try:
+            config = (self._file(f"{self._config}{listed.name}.xml", drains)
+                      if listed.persistent else None)
+            state = (self._file(f"{self._state}{listed.name}.xml", drains) if listed.active
                      else None)
         except OSError:
             return None
         return config, state
 
-    def definition(self, name: str) -> tuple[bool, bytes | None]:
-        """Whether libvirt keeps a definition of the domain ``name``, and the definition's saved
-        bytes when they could be read: its definition's file is there. libvirt writes that file
-        before a define returns and removes it before an undefine does, and when the daemon
-        starts, a running domain is persistent exactly when that file is there; so the file says
-        what libvirt's flag says. (Read, not only looked for: the cache's key needs the bytes.)"""
+    def definition(self, name: str) -> bool:
+        """Whether libvirt keeps a definition of the domain ``name``: its definition's file is
+        there. libvirt writes that file before a define returns and removes it before an
+        undefine does, and when the daemon starts, a running domain is persistent exactly when
+        that file is there; so the file says what libvirt's flag says. (Read, not only looked
+        for: the cache's key needs the bytes next, kept while the watch does not name them.)"""
+        path = f"{self._config}{name}.xml"
+        with self._lock:
+            drains = self._drains  # the list that asks drained the watch just before
         try:
-            return True, read_bytes(f"{self._config}{name}.xml")
+            self._file(path, drains)
+            return True
         except FileNotFoundError:
-            return False, None
+            return False
         except OSError:
-            return os.path.lexists(f"{self._config}{name}.xml"), None
+            return os.path.lexists(path)
 
     @property
     def definitions_trusted(self) -> bool:
@@ -133,19 +253,29 @@ class XmlCache:
     def read(self, listed: Iterable[ListedDomain], *, every: bool = False) -> list[DomainXml]:
         """Each listed domain's XML: kept, when libvirt saved nothing new of it since it was read
         (and the cache is trusted), else read again -- from the files just read once they are
-        trusted, else from libvirt. A domain that vanished meanwhile is left out. ``every``: these are all the host's domains (the others are forgotten)."""
+        trusted, else from libvirt. A domain that vanished meanwhile is left out. ``every``:
+        these are all the host's domains (the others are forgotten)."""
         found: list[DomainXml] = []
         seen = set()
+        with self._lock:
+            self._drain()
+            drains = self._drains
+            trusted = self.trusted
+            definitions, states = self.definitions_trusted, self.states_trusted
+        refused = self._refused
+        kept_xml = self._kept
         for domain in listed:
             seen.add(domain.uuid)
-            saved = self.saved(domain, as_listed=True) if not self._refused else None
+            saved = self._saved(domain, drains) if not refused else None
             key = (domain.name, domain.active, domain.persistent, saved)
-            with self._lock:
-                kept = self._kept.get(domain.uuid)
-                trusted = self.trusted
-                definitions, states = self.definitions_trusted, self.states_trusted
+            kept = kept_xml.get(domain.uuid)
             if saved is not None and trusted and kept is not None and kept[0] == key:
-                found.append(DomainXml(domain, kept[1], kept[2]))
+                xml = kept[1]
+                if xml.listed is not domain:  # listed again: the same domain, a new handle
+                    xml = DomainXml(domain, xml.current, xml.config)
+                    with self._lock:
+                        self._kept[domain.uuid] = (key, xml)
+                found.append(xml)
                 continue
             # What the files hold is the XML, once trusted (see the module's description): the
             # definition once a change of ours was seen in its directory, the live XML once one
@@ -166,7 +296,7 @@ class XmlCache:
                 if saved is None:
                     self._kept.pop(domain.uuid, None)
                 else:
-                    self._kept[domain.uuid] = (key, xml.current, xml.config)
+                    self._kept[domain.uuid] = (key, xml)
             found.append(xml)
         if every:
             with self._lock:
@@ -195,6 +325,7 @@ class XmlCache:
                 self._refused = True
                 self.trusted = False
                 self._kept.clear()
+                self._drop_all()
             else:
                 self.trusted = True
                 if before[0] is not None and after[0] != before[0]:
@@ -206,6 +337,7 @@ class XmlCache:
         """Drop everything kept and the trust (a new connection: perhaps another daemon)."""
         with self._lock:
             self._kept.clear()
+            self._drop_all()
             self.trusted = self.definitions_seen = self.states_seen = False
 
 
