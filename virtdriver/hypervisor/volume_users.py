@@ -86,17 +86,21 @@ class Wanted:
         elif data is not None and not self._by_path and data[0] != "key":
             self._needles.append("<source")  # an identity of a kind not known here: parse
 
-    def may_be_in(self, xml: str) -> bool:
-        for needle in self._needles:  # (a loop, not any(): asked of every domain, twice)
-            if needle in xml:
-                return True
+    def may_be_in(self, texts: tuple[str, ...], sources: tuple[str, ...]) -> bool:
+        """Whether a domain whose XML documents are ``texts`` (its live XML and definition),
+        with the ``<source file|dev>`` paths ``sources`` (:func:`source_paths` of them), can
+        hold a disk that is the volume or its data."""
         notes = self._notes
-        if notes is not None and NS in xml and (not notes or any(n in xml for n in notes)):
-            return True
+        for xml in texts:  # (loops, not any(): asked of every domain)
+            for needle in self._needles:
+                if needle in xml:
+                    return True
+            if notes is not None and NS in xml and (not notes or any(n in xml for n in notes)):
+                return True
         if not self._by_path:
             return False
         paths, data = self._paths, self.data
-        for path in source_paths(xml):
+        for path in sources:
             found = paths.get(path)
             if found is None:
                 found = paths[path] = path_identity(path)
