@@ -60,14 +60,18 @@ class HostConnections:
         self._names_kept: list[str] | None = None
         self._names_set: frozenset[str] = frozenset()
         self._arrivals_lock = threading.Lock()
+        self._looks = 0  # looks without a watch: the second makes one
 
     def _follow(self) -> bool:
         """Take in what the watch names (the caller holds ``_arrivals_lock``); False when there
         is no watch (nothing is kept)."""
-        from virtdriver.hypervisor.filewatch import DirWatch, WatchUnavailable
-
         changes = None
         if self._watch is None:
+            self._looks += 1
+            if self._looks < 2:  # a one-shot command (virtdriver list) looks once: no watch
+                return False
+            from virtdriver.hypervisor.filewatch import DirWatch, WatchUnavailable
+
             try:
                 self._watch = DirWatch([self.records])
             except WatchUnavailable:

@@ -106,14 +106,8 @@ class XmlCache:
         self._listing: tuple[object, list[ListedDomain], frozenset[str], frozenset[str]] | None
         self._listing = None
         self._listings = 0  # lists dropped: a list made across a drop is not kept
-        self._watch: DirWatch | None = None
-        if self.usable:
-            from virtdriver.hypervisor import filewatch  # ctypes: only when a cache is made
-
-            try:
-                self._watch = filewatch.DirWatch([config_dir, state_dir])
-            except filewatch.WatchUnavailable:
-                self._watch = None
+        self._watch: DirWatch | None = None  # made once trusted (confirm): a one-shot
+        # command (virtdriver list) never needs it, nor pays for ctypes
 
     @classmethod
     def for_uri(cls, uri: str) -> XmlCache | None:
@@ -155,6 +149,19 @@ class XmlCache:
         if listing is None and self._listing is not None:
             self._listing = None
             self._listings += 1
+
+    def _start_watch(self) -> None:
+        """Watch the two directories from now on (the caller holds the lock); nothing read
+        before is kept (:meth:`_file` keeps only what is read while the watch runs)."""
+        if self._watch is not None or not self.usable:
+            return
+        from virtdriver.hypervisor import filewatch
+
+        try:
+            self._watch = filewatch.DirWatch([self.config_dir, self.state_dir])
+        except filewatch.WatchUnavailable:
+            return
+        self._drop_all()
 
     def _drop_all(self) -> None:
         self._files.clear()
@@ -328,6 +335,7 @@ class XmlCache:
                 self._drop_all()
             else:
                 self.trusted = True
+                self._start_watch()
                 if before[0] is not None and after[0] != before[0]:
                     self.definitions_seen = True
                 if before[1] is not None and after[1] != before[1]:
