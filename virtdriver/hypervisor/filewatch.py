@@ -1,24 +1,24 @@
 """Which files of a few directories changed since the last look (Linux inotify).
 
 The host read (:mod:`virtdriver.hypervisor.xmlcache`) keeps each domain's XML while libvirt's
-saved files of it are unchanged; today it reads every file to know. libvirt saves a domain by
-writing ``<name>.xml.new`` and renaming it over ``<name>.xml`` before the call that changed it
-returns, and the kernel queues an inotify event for the rename before ``rename()`` returns. So
-a file with no event since it was last read holds what it held then: no timestamps, no reads.
+saved files of it are unchanged, and the host-connection records keep their arrival notes the
+same way. libvirt saves a domain by writing ``<name>.xml.new`` and renaming it over
+``<name>.xml`` before the call that changed it returns, and the kernel queues an inotify event
+for the rename before ``rename()`` returns. So a file with no event since it was last read holds
+what it held then: no timestamps, no reads.
 
 A :class:`DirWatch` answers :meth:`~DirWatch.changes` with the names that changed in each
-directory (and whether each was removed or renamed away meanwhile), or ``None`` when it cannot tell (the kernel's queue overflowed, a directory was
-removed or moved, the process forked since the watch was made, an exception such as an interrupt
-ended the last look halfway): then every file must be read
-again. A forked child never reads its parent's queue (they would share it and steal each
-other's events): it opens its own.
+directory (and whether each was removed or renamed away meanwhile), or ``None`` when it cannot
+tell (the kernel's queue overflowed, a directory was removed or moved, the process forked since
+the watch was made, an exception such as an interrupt ended the last look halfway): then every
+file must be read again. A forked child never reads its parent's queue (they would share it and
+steal each other's events): it opens its own.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import ctypes.util
 import os
 import struct
 import threading

@@ -166,8 +166,7 @@ class XmlCache:
     def _drop_all(self) -> None:
         self._files.clear()
         self._drains += 1
-        if self._listing is not None:
-            self._listing = None
+        self._listing = None
         self._listings += 1
 
     def _file(self, path: str, drains: int) -> bytes:
