@@ -75,3 +75,41 @@ def test_the_listing_that_finds_arrivals_says_which_volumes_have_a_record(tmp_pa
     host.records.save("later", HostRecord(protocol="LOCAL"))
     assert host.check_record("later", view) == HostRecord()
     assert host.check_record("later", None).protocol == "LOCAL"
+
+
+def test_the_kept_names_follow_every_change_another_process_makes(tmp_path: Path) -> None:
+    """A long-running driver keeps the records' names and arrival notes between its looks and
+    takes in only what the watch names: after any mix of saves, removals, renames over a
+    record, a record removed and made again between two looks, and files that are not
+    records, what it finds is what a fresh look (a new process) finds."""
+    import os
+    import random
+
+    kept = HostConnections(tmp_path)
+    other = HostConnections(tmp_path)  # another process: its writes are the watch's to see
+    other.save("v0", HostRecord(protocol="LOCAL"))  # (a watch needs the directory)
+    kept.arrivals_listed()
+    kept.arrivals_listed()  # the second look starts the watch
+    assert kept._watch is not None
+    rng = random.Random(23)
+    ids = [f"v{i}" for i in range(12)]
+    for step in range(300):
+        for _ in range(rng.randint(0, 3)):
+            vid = rng.choice(ids)
+            what = rng.random()
+            if what < 0.4:
+                arriving = [dict(ARRIVAL, guest=f"g{step}")] if rng.random() < 0.5 else []
+                other.save(vid, HostRecord(protocol="LOCAL", arriving=arriving))
+            elif what < 0.6:
+                other.forget(vid)
+            elif what < 0.75:  # removed and made again, with other notes, before a look
+                other.forget(vid)
+                other.save(vid, HostRecord(arriving=[dict(ARRIVAL, guest=f"again{step}")]))
+            elif what < 0.9 and other.path(vid).exists():  # renamed to another record's name
+                os.rename(other.path(vid), other.path(rng.choice(ids)))
+            else:  # not a record: never listed
+                (other.records / f"{vid}.json.tmp").write_text("{")
+        found, names = kept.arrivals_listed()
+        fresh, fresh_names = HostConnections(tmp_path).arrivals_listed()
+        assert names == fresh_names, step
+        assert sorted(a.guest for a in found) == sorted(a.guest for a in fresh), step

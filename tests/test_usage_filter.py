@@ -94,6 +94,32 @@ def test_aliases_notes_and_escaped_ids(tmp_path: Path) -> None:
             assert not other.may_use(Wanted("4f1c2b7e-9d1a-4c55-8e0b-2f3a4b5c6d7e", None))
 
 
+def test_a_second_attachments_numbered_alias_and_ids_that_share_a_start(tmp_path: Path) -> None:
+    """The look finds an id among a document's aliases (not by scanning the text per ask): a
+    second attachment's alias (``_x2``) is the volume's, an id that another id begins with or
+    ends with is not mistaken for it either way."""
+    image = tmp_path / "a.raw"
+    image.write_bytes(b"\0")
+    for vid, neighbour in (("vol", "vol-2"), ("vol-2", "vol"), ("a_b", "a_b_c"), ("x", "ax")):
+        first = alias_for(vid)
+        second = alias_for(vid, {first})
+        assert second.endswith("_x2")
+        for quote in ("'", '"'):
+            both = read(domain("g", [disk("file", {"file": str(image)}, first, "sda"),
+                                     disk("file", {"file": str(image)}, second, "sdb")],
+                               quote=quote))
+            only_second = read(domain("g", [disk("file", {"file": str(image)}, second, "sdb")],
+                                      quote=quote))
+            live_only = read(domain("g", [disk("file", {"file": str(image)}, second, "sdb")],
+                                    quote=quote), domain("g", [], quote=quote))
+            for xml in (both, only_second, live_only):
+                assert xml.may_use(Wanted(vid, None)) and never_hides(xml, vid, None)
+            assert never_hides(only_second, neighbour, None)
+            other = read(domain("g", [disk("file", {"file": str(image)}, alias_for(neighbour),
+                                           "sda")], quote=quote))
+            assert not other.may_use(Wanted(vid, None)), (vid, neighbour)
+
+
 def test_files_and_devices_under_any_spelling(tmp_path: Path) -> None:
     image = tmp_path / "it's & <odd>.raw"
     image.write_bytes(b"\0")
@@ -177,7 +203,8 @@ def test_never_hides_a_user(tmp_path_factory, names, pick, vid, quote) -> None:
         path = base / f"{i}{name.replace('/', '_')}"
         path.write_bytes(b"")
         paths.append(str(path))
-    disks = [disk("file", {"file": p}, alias_for(vid) if i == 0 else None, f"sd{'abcd'[i]}")
+    aliases = [alias_for(vid), alias_for(vid, {alias_for(vid)}), None, None]  # (_x2)
+    disks = [disk("file", {"file": p}, aliases[i], f"sd{'abcd'[i]}")
              for i, p in enumerate(paths)]
     xml = read(domain("g", disks, quote=quote))
     data = path_identity(paths[pick % len(paths)])

@@ -210,6 +210,51 @@ def test_the_list_is_kept_until_a_saved_file_comes_or_goes(tmp_path) -> None:
     assert not cache.states_trusted
 
 
+def test_the_same_listing_read_again_sees_every_saved_change(tmp_path) -> None:
+    """A long-running driver reads the same kept listing (the same domain objects) over and
+    over: a domain whose files the watch named since they were read is read again, the others
+    are taken as kept without a look at their files. Random saves (as libvirt writes them: a
+    new file renamed over the old), reads in between or not, a watch that cannot tell: every
+    read gives what the files hold now."""
+    import os
+    import random
+
+    files = Saved(tmp_path)
+    cache = XmlCache(files.config, files.state)
+    doms = [FakeDom(f"d{i}") for i in range(6)]
+    version = {d.name: [0, 0] for d in doms}
+
+    def save(dom: FakeDom, which: int) -> None:
+        version[dom.name][which] += 1
+        n = version[dom.name][which]
+        directory, text = ((files.config, f"<domain><name>{dom.name}</name><!-- c{n} -->"
+                            "</domain>") if which == 0 else (files.state, status(dom.name, n)))
+        new = directory / f"{dom.name}.xml.new"
+        new.write_text(text)
+        os.replace(new, directory / f"{dom.name}.xml")
+
+    for dom in doms:
+        save(dom, 0)
+        save(dom, 1)
+    listing = [listed(d) for d in doms]
+    before = cache.saved(listing[0])
+    save(doms[0], 0)
+    save(doms[0], 1)
+    cache.confirm(listing[0], before)
+    assert cache.definitions_trusted and cache.states_trusted
+    rng = random.Random(7)
+    for step in range(400):
+        for _ in range(rng.choice((0, 0, 1, 2))):
+            save(rng.choice(doms), rng.randint(0, 1))
+        if rng.random() < 0.02:
+            cache._watch._torn = True  # the last look ended halfway: it cannot tell
+        for xml in cache.read(listing, every=True):
+            c, live = version[xml.listed.name]
+            assert f"<!-- c{c} -->" in xml.config, step
+            assert _canonical(xml.current) == _canonical(live_of(xml.listed.name, live)), step
+    assert all(d.reads == 0 for d in doms)  # every XML was the files'
+
+
 def test_missing_files_mean_reading_and_a_vanished_domain_is_left_out(tmp_path) -> None:
     files = Saved(tmp_path)
     cache = XmlCache(files.config, files.state)

@@ -16,7 +16,7 @@ import libvirt
 from virtdriver.config import Disk, DomainDisks
 from virtdriver.hypervisor.dataid import DataIdentity, data_identity
 from virtdriver.hypervisor.metadata import NS, parse_notes
-from virtdriver.hypervisor.volume_users import HostView, Wanted, source_paths
+from virtdriver.hypervisor.volume_users import HostView, Wanted, XmlFacts
 from virtdriver.policy.identity import names_guest, volume_of_alias
 from virtdriver.policy.sharing import Use
 from virtdriver.valuetypes import Frozen, field, replace, value_type
@@ -159,20 +159,14 @@ class DomainXml(Frozen):
     def may_use(self, wanted: Wanted) -> bool:
         """False only when neither the live XML nor the definition can hold a disk that is the
         wanted volume or its data (see :class:`Wanted`); then it need not be parsed."""
-        return wanted.may_be_in(self.texts, self.sources)
+        return wanted.may_be_in(self.facts)
 
     @functools.cached_property
-    def texts(self) -> tuple[str, ...]:
-        """The live XML, and the definition of a running persistent domain."""
-        return (self.current,) if self.config is None else (self.current, self.config)
-
-    @functools.cached_property
-    def sources(self) -> tuple[str, ...]:
-        """Every ``<source file|dev>`` path of :attr:`texts`, each once (kept with the XML,
-        which the XML cache keeps while libvirt changes nothing)."""
-        if self.config is None:
-            return source_paths(self.current)
-        return tuple(dict.fromkeys(source_paths(self.current) + source_paths(self.config)))
+    def facts(self) -> XmlFacts:
+        """What the look for a volume's users reads in the live XML and, for a running
+        persistent domain, the definition (kept with the XML, which the XML cache keeps while
+        libvirt changes nothing)."""
+        return XmlFacts((self.current,) if self.config is None else (self.current, self.config))
 
 
 @value_type
@@ -218,7 +212,7 @@ def _placement_of(xml: str) -> DomainDisks:
 def _read_xml(xml: str, wanted: Wanted | str | None) -> DomainDisks:
     if isinstance(wanted, str):
         wanted = Wanted(wanted, None)
-    if wanted is not None and not wanted.may_be_in((xml,), source_paths(xml)):
+    if wanted is not None and not wanted.may_be_in(XmlFacts((xml,))):
         return DomainDisks(name="", uuid="", disks=[], controllers=[])
     return DomainDisks.from_xml(xml)
 

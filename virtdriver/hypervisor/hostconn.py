@@ -87,16 +87,32 @@ class HostConnections:
             return True
         kept, self._names_kept = self._names_kept, None
         try:
+            came_or_went = []
             for name, removed in changes.get(str(self.records), {}).items():
                 self._arrivals.pop(name, None)
-                if kept is not None and name.endswith(".json") and (removed or name not in
-                                                                    self._names_set):
-                    kept = None
+                if name.endswith(".json") and (removed or name not in self._names_set):
+                    came_or_went.append(name)
+            if kept is not None and came_or_went:
+                kept = self._relisted(kept, came_or_went)
         except BaseException:  # (an interrupt) what was taken from the queue is lost
             self._arrivals.clear()
             raise
         self._names_kept = kept
         return True
+
+    def _relisted(self, names: list[str], changed: list[str]) -> list[str]:
+        """The kept names, each of ``changed`` (a record the watch saw come or go) in or out as
+        it is now: what a new listing would give, at a look per changed name (an attach adds a
+        record, a detach removes one; listing them all grows with the volumes)."""
+        present = set(names)
+        for name in changed:
+            if os.path.lexists(f"{self.records}/{name}"):
+                present.add(name)
+            else:
+                present.discard(name)
+        kept = sorted(present)
+        self._names_set = frozenset(kept)
+        return kept
 
     def path(self, volume_id: str) -> Path:
         return self.records / f"{file_token(volume_id)}.json"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from virtdriver.hypervisor.dataid import DataIdentity, path_identity
 from virtdriver.hypervisor.metadata import NS
-from virtdriver.policy.identity import ALIAS_PREFIX, encode_volume_id
+from virtdriver.policy.identity import encode_volume_id, encoded_ids_in
 from virtdriver.policy.sharing import Use, users_of
 from virtdriver.valuetypes import Frozen, field, value_type
 
@@ -52,6 +52,22 @@ def source_paths(xml: str) -> tuple[str, ...]:
                  for attrs in _SOURCE.findall(xml) for quoted in _PATH.findall(attrs))
 
 
+class XmlFacts:
+    """What :class:`Wanted` looks for in a domain's XML documents (its live XML and
+    definition), found once per documents: the XML cache keeps them while libvirt changes
+    nothing, so an attach or detach at many guests looks each guest up, not through it."""
+
+    __slots__ = ("texts", "sources", "volumes", "noted")
+
+    def __init__(self, texts: tuple[str, ...]) -> None:
+        self.texts = texts
+        # every <source file|dev> path, once; the encoded volume ids of our aliases
+        self.sources = (source_paths(texts[0]) if len(texts) == 1 else
+                        tuple(dict.fromkeys(p for xml in texts for p in source_paths(xml))))
+        self.volumes: frozenset[str] = frozenset().union(*map(encoded_ids_in, texts))
+        self.noted = any(NS in xml for xml in texts)  # virtdriver's <metadata> (swap notes)
+
+
 class Wanted:
     """A volume id and its data's identity, and a cheap, conservative look at a domain's XML
     text that says whether any disk in it can be that volume or that data.
@@ -73,10 +89,10 @@ class Wanted:
         self.volume = volume
         self.data = data
         self._paths: dict[str, DataIdentity] = {} if paths is None else paths
-        self._needles: list[str] = []
+        self._needles: list[str] = []  # text only a document that can hold the data holds
+        self._encoded = None if volume is None else encode_volume_id(volume)
         self._notes: tuple[str, ...] | None = None  # a swap note naming the volume
         if volume is not None:
-            self._needles.append(ALIAS_PREFIX + encode_volume_id(volume))
             self._notes = ((f'volume="{volume}"', f"volume='{volume}'")
                            if VERBATIM_TEXT.fullmatch(volume) else ())
         self._by_path = data is not None and data[0] in ("dev", "inode", "path")
@@ -86,21 +102,24 @@ class Wanted:
         elif data is not None and not self._by_path and data[0] != "key":
             self._needles.append("<source")  # an identity of a kind not known here: parse
 
-    def may_be_in(self, texts: tuple[str, ...], sources: tuple[str, ...]) -> bool:
-        """Whether a domain whose XML documents are ``texts`` (its live XML and definition),
-        with the ``<source file|dev>`` paths ``sources`` (:func:`source_paths` of them), can
-        hold a disk that is the volume or its data."""
+    def may_be_in(self, facts: XmlFacts) -> bool:
+        """Whether a domain whose XML documents hold ``facts`` can hold a disk that is the
+        volume or its data."""
+        if self._encoded is not None and self._encoded in facts.volumes:
+            return True
         notes = self._notes
-        for xml in texts:  # (loops, not any(): asked of every domain)
-            for needle in self._needles:
+        if notes is not None and facts.noted:
+            for xml in facts.texts:
+                if NS in xml and (not notes or any(n in xml for n in notes)):
+                    return True
+        for needle in self._needles:  # (loops, not any(): asked of every domain)
+            for xml in facts.texts:
                 if needle in xml:
                     return True
-            if notes is not None and NS in xml and (not notes or any(n in xml for n in notes)):
-                return True
         if not self._by_path:
             return False
         paths, data = self._paths, self.data
-        for path in sources:
+        for path in facts.sources:
             found = paths.get(path)
             if found is None:
                 found = paths[path] = path_identity(path)

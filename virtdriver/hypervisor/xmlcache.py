@@ -47,7 +47,8 @@ The watch: reading every domain's two files still grows with the guests. libvirt
 writing ``<name>.xml.new`` and renaming it over ``<name>.xml``, and removes it with an unlink; the
 kernel queues an inotify event for either before the call returns
 (:mod:`~virtdriver.hypervisor.filewatch`). So a file the watch on the two directories has not
-named since it was read holds what was read: it is not read again. A change made under a lock
+named since it was read holds what was read: it is not read again, and a domain of the kept
+list whose two files it has not named is not even looked at. A change made under a lock
 this process then takes (another process's attach to the same data) reached the file, and so the
 queue, before that lock was released, and the queue is drained after the lock is taken: the read
 sees it. And the list: a domain starts, stops, is defined, undefined or renamed only with a file
@@ -96,11 +97,14 @@ class XmlCache:
         self.states_seen = False  # ... and one of them in a live state's file
         self._refused = False  # a change of ours did not show: never trusted again
         self._lock = threading.Lock()
-        self._kept: dict[str, tuple[tuple[str, bool, bool, Saved], DomainXml]] = {}
+        # Each domain's XML by UUID, with its key and the drain count its files were read at.
+        self._kept: dict[str, tuple[tuple[str, bool, bool, Saved], DomainXml, int]] = {}
         # The saved files read since the watch was last drained without naming them (by path):
         # they hold what was read (see "The watch" in the module's description).
         self._files: dict[str, bytes] = {}
         self._drains = 0  # drains of the watch that named a file: a read across one is not kept
+        self._named: dict[str, int] = {}  # domain name -> the drain that last named its files
+        self._dropped = 0  # the drain count when everything was last dropped
         # The last list of the host, with the names it gave a definition's and a live state's
         # file, while the watch has named no file that came or went since it was made.
         self._listing: tuple[object, list[ListedDomain], frozenset[str], frozenset[str]] | None
@@ -133,6 +137,7 @@ class XmlCache:
 
     def _take(self, changes: dict[str, dict[str, bool]]) -> None:
         self._drains += 1
+        drains, named = self._drains, self._named
         listing = self._listing
         for directory, names in changes.items():
             is_config = directory == str(self.config_dir)
@@ -141,6 +146,7 @@ class XmlCache:
                 if not name.endswith(".xml"):
                     continue  # libvirt's temporary files and others: a save ends in a rename
                 self._files.pop(prefix + name, None)
+                named[name[:-4]] = drains
                 if listing is None:
                     continue
                 known = listing[2] if is_config else listing[3]
@@ -149,6 +155,8 @@ class XmlCache:
         if listing is None and self._listing is not None:
             self._listing = None
             self._listings += 1
+        if len(named) > 4 * len(self._kept) + 1024:  # the names of domains long gone: a
+            self._drop_all()  # new start (one read of every file) forgets them
 
     def _start_watch(self) -> None:
         """Watch the two directories from now on (the caller holds the lock); nothing read
@@ -166,6 +174,9 @@ class XmlCache:
     def _drop_all(self) -> None:
         self._files.clear()
         self._drains += 1
+        # Set before what was named is forgotten: a reader looks at a name, then at this.
+        self._dropped = self._drains
+        self._named.clear()
         self._listing = None
         self._listings += 1
 
@@ -268,19 +279,27 @@ class XmlCache:
             drains = self._drains
             trusted = self.trusted
             definitions, states = self.definitions_trusted, self.states_trusted
+            watched = trusted and self._watch is not None
         refused = self._refused
-        kept_xml = self._kept
+        kept_xml, named = self._kept, self._named
         for domain in listed:
             seen.add(domain.uuid)
+            kept = kept_xml.get(domain.uuid)
+            # Listed as when it was kept (the same listing), its files read with the watch
+            # running and not named since: what was kept holds, and nothing is read. (The name
+            # before the drop count: a drop sets the count, then forgets the names.)
+            if (watched and kept is not None and kept[1].listed is domain
+                    and named.get(domain.name, 0) <= kept[2] and kept[2] >= self._dropped):
+                found.append(kept[1])
+                continue
             saved = self._saved(domain, drains) if not refused else None
             key = (domain.name, domain.active, domain.persistent, saved)
-            kept = kept_xml.get(domain.uuid)
             if saved is not None and trusted and kept is not None and kept[0] == key:
                 xml = kept[1]
                 if xml.listed is not domain:  # listed again: the same domain, a new handle
                     xml = DomainXml(domain, xml.current, xml.config)
-                    with self._lock:
-                        self._kept[domain.uuid] = (key, xml)
+                with self._lock:
+                    self._kept[domain.uuid] = (key, xml, drains)
                 found.append(xml)
                 continue
             # What the files hold is the XML, once trusted (see the module's description): the
@@ -302,7 +321,7 @@ class XmlCache:
                 if saved is None:
                     self._kept.pop(domain.uuid, None)
                 else:
-                    self._kept[domain.uuid] = (key, xml)
+                    self._kept[domain.uuid] = (key, xml, drains)
             found.append(xml)
         if every:
             with self._lock:

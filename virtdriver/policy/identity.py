@@ -119,6 +119,13 @@ def alias_for(volume_id: str, taken: set[str] | frozenset[str] = frozenset()) ->
                 if (alias := f"{base}_x{n}") not in taken)
 
 
+def encoded_ids_in(text: str) -> set[str]:
+    """The encoded volume id (:func:`encode_volume_id`) of every alias :func:`alias_for` made
+    that ``text`` holds as an attribute (written verbatim, between quotes: its characters are
+    never escaped), and perhaps a few ids more: a look at a whole XML document."""
+    return {match.group(1) for match in _ALIAS.finditer(text)}
+
+
 @functools.lru_cache(maxsize=4096)
 def volume_of_alias(alias: str | None) -> str | None:
     """The volume id an alias made by :func:`alias_for` names; ``None`` for any other alias."""
