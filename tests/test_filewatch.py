@@ -1,11 +1,12 @@
-"""DirWatch: the names changed in watched directories, or None when that cannot be told."""
+"""DirWatch: the names changed in watched directories, or None when that cannot be told; and
+LazyWatch, which its owner starts, and which is made again when its directories come back."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from virtdriver.hypervisor.filewatch import DirWatch
+from virtdriver.hypervisor.filewatch import DirWatch, LazyWatch
 
 
 def save_as_libvirt_does(path: Path, text: str) -> None:
@@ -68,6 +69,35 @@ def test_a_removed_directory_cannot_tell_from_then_on(tmp_path: Path) -> None:
     watched.rmdir()
     assert watch.changes() is None
     assert watch.changes() is None
+
+
+def test_a_lazy_watch_runs_once_started_and_again_once_its_directory_is_back(
+        tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    watched = tmp_path / "d"
+    watch = LazyWatch([watched])
+    assert not watch.running and watch.changes() is None  # not started: cannot tell
+    assert not watch.start() and watch.changes() is None  # no directory yet
+    watched.mkdir()
+    assert watch.changes() is None and watch.running  # made now: what came before is unknown
+    save_as_libvirt_does(watched / "a.xml", "x")
+    assert watch.changes() == {str(watched): {"a.xml": False, "a.xml.new": True}}
+    shutil.rmtree(watched)  # removed (a run directory can be, with its daemon)
+    assert watch.changes() is None and not watch.running
+    assert watch.changes() is None and not watch.running  # still gone
+    watched.mkdir()  # ... and made again
+    assert watch.changes() is None and watch.running
+    save_as_libvirt_does(watched / "b.xml", "y")
+    assert watch.changes() == {str(watched): {"b.xml": False, "b.xml.new": True}}
+    watch.close()
+    assert not watch.running
+    # ctypes is imported when a watch starts, not with the module (a one-shot command)
+    code = ("import sys, virtdriver.hypervisor.filewatch as f; w = f.LazyWatch(['/tmp']); "
+            "assert 'ctypes' not in sys.modules; w.start(); assert 'ctypes' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_a_forked_child_opens_its_own_queue_and_leaves_the_parents(tmp_path: Path) -> None:

@@ -90,7 +90,7 @@ def test_the_kept_names_follow_every_change_another_process_makes(tmp_path: Path
     other.save("v0", HostRecord(protocol="LOCAL"))  # (a watch needs the directory)
     kept.arrivals_listed()
     kept.arrivals_listed()  # the second look starts the watch
-    assert kept._watch is not None
+    assert kept._watch.running
     rng = random.Random(23)
     ids = [f"v{i}" for i in range(12)]
     for step in range(300):

@@ -247,12 +247,40 @@ def test_the_same_listing_read_again_sees_every_saved_change(tmp_path) -> None:
         for _ in range(rng.choice((0, 0, 1, 2))):
             save(rng.choice(doms), rng.randint(0, 1))
         if rng.random() < 0.02:
-            cache._watch._torn = True  # the last look ended halfway: it cannot tell
+            cache._watch._watch._torn = True  # the last look ended halfway: it cannot tell
         for xml in cache.read(listing, every=True):
             c, live = version[xml.listed.name]
             assert f"<!-- c{c} -->" in xml.config, step
             assert _canonical(xml.current) == _canonical(live_of(xml.listed.name, live)), step
     assert all(d.reads == 0 for d in doms)  # every XML was the files'
+
+
+def test_a_live_state_directory_removed_and_made_again_is_watched_again(tmp_path) -> None:
+    """libvirt's run directory removed and made again (the daemon restarted on a new /run):
+    while it is gone the files are read every time; once it is back a new watch runs, and a
+    change made after it is seen."""
+    import shutil
+
+    files = Saved(tmp_path)
+    cache = XmlCache(files.config, files.state)
+    a = FakeDom("a")
+    files.save("a", "<domain><name>a</name><!-- c0 --></domain>", status("a", 0))
+    listing = [listed(a)]
+    cache.confirm(listing[0], (b"before", b"before"))
+    assert cache.trusted and cache._watch.running
+    cache.read(listing)
+    shutil.rmtree(files.state)
+    cache.read(listing)  # its live state file gone: asked of libvirt
+    assert not cache._watch.running
+    reads = a.reads
+    files.state.mkdir()
+    files.save("a", state=status("a", 1))
+    assert _canonical(cache.read(listing)[0].current) == _canonical(live_of("a", 1))
+    assert cache._watch.running
+    cache.read(listing)
+    files.save("a", state=status("a", 2))
+    assert _canonical(cache.read(listing)[0].current) == _canonical(live_of("a", 2))
+    assert a.reads == reads  # from the files again
 
 
 def test_missing_files_mean_reading_and_a_vanished_domain_is_left_out(tmp_path) -> None:

@@ -13,16 +13,23 @@ tell (the kernel's queue overflowed, a directory was removed or moved, the proce
 the watch was made, an exception such as an interrupt ended the last look halfway): then every
 file must be read again. A forked child never reads its parent's queue (they would share it and
 steal each other's events): it opens its own.
+
+Its owners make a :class:`LazyWatch`: nothing is watched (nor ctypes imported) until the owner
+starts it, when watching starts to pay, and a watch whose directories went is made again once
+they are back (a daemon restarted).
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
 import struct
 import threading
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import ctypes
 
 IN_MODIFY = 0x00000002
 IN_ATTRIB = 0x00000004
@@ -53,13 +60,21 @@ class WatchUnavailable(OSError):
 def _libc() -> ctypes.CDLL:
     """The C library the interpreter runs with (its own symbols: no ``ctypes.util``, whose
     import alone costs a command-line start ~9 ms, and no ``ldconfig`` run)."""
+    import ctypes
+
     return ctypes.CDLL(None, use_errno=True)
+
+
+def _errno() -> int:
+    import ctypes
+
+    return ctypes.get_errno()
 
 
 class DirWatch:
     """The names changed in ``directories`` since the last :meth:`changes` (see the module)."""
 
-    def __init__(self, directories: Iterable[str]) -> None:
+    def __init__(self, directories: Iterable[str | os.PathLike[str]]) -> None:
         self.directories = tuple(str(d) for d in directories)
         self._lock = threading.Lock()
         self._fd = -1
@@ -72,13 +87,13 @@ class DirWatch:
         libc = _libc()
         fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if fd < 0:
-            err = ctypes.get_errno()
+            err = _errno()
             raise WatchUnavailable(err, f"inotify_init1: {os.strerror(err)}")
         by_wd = {}
         for directory in self.directories:
             wd = libc.inotify_add_watch(fd, os.fsencode(directory), WATCHED)
             if wd < 0:
-                err = ctypes.get_errno()
+                err = _errno()
                 os.close(fd)
                 raise WatchUnavailable(err, f"inotify_add_watch {directory}: {os.strerror(err)}")
             by_wd[wd] = directory
@@ -149,3 +164,47 @@ class DirWatch:
     def __del__(self) -> None:  # a dropped watch gives its inotify instance back (128 per user)
         if self._pid == os.getpid():
             self._close()
+
+
+class LazyWatch:
+    """A :class:`DirWatch` of ``directories`` made when its owner :meth:`starts <start>` it
+    and, once started, made again whenever its directories went and are back. Its
+    :meth:`changes` cannot tell (``None``) until a watch runs, nor at the first look of a
+    new one. Not for threads at once: the owner serializes its looks."""
+
+    def __init__(self, directories: Iterable[str | os.PathLike[str]]) -> None:
+        self.directories = tuple(str(d) for d in directories)
+        self._watch: DirWatch | None = None
+        self._started = False
+
+    @property
+    def running(self) -> bool:
+        return self._watch is not None
+
+    def start(self) -> bool:
+        """Watch from now on (what changed before is not known); whether a watch runs."""
+        self._started = True
+        if self._watch is None:
+            try:
+                self._watch = DirWatch(self.directories)
+            except WatchUnavailable:
+                return False
+        return True
+
+    def changes(self) -> dict[str, dict[str, bool]] | None:
+        """:meth:`DirWatch.changes`, or ``None`` while no watch runs."""
+        watch = self._watch
+        if watch is None:
+            if self._started:  # its directories went: a new watch, if they are back
+                self.start()
+            return None
+        found = watch.changes()
+        if found is None and not watch.usable:
+            watch.close()
+            self._watch = None
+        return found
+
+    def close(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None

@@ -23,6 +23,7 @@ from virtdriver.config.secret import LibvirtSecret, SecretUsage
 from virtdriver.errors import DamagedRecord, HostConnectFailed, StateError
 from virtdriver.hostfiles import read_bytes
 from virtdriver.hypervisor import brick, mounts
+from virtdriver.hypervisor.filewatch import LazyWatch
 from virtdriver.hypervisor.locks import file_token
 from virtdriver.policy.migration import Arrival
 from virtdriver.volume.base import HostSecret
@@ -55,7 +56,7 @@ class HostConnections:
         # Each record's arrival notes as last read, and the records' names as last listed,
         # while a watch on the directory (see filewatch) has not named the record, or a record
         # that came or went, since; the watch is made once the directory exists.
-        self._watch: Any = None
+        self._watch = LazyWatch([self.records])
         self._arrivals: dict[str, list[Arrival]] = {}
         self._names_kept: list[str] | None = None
         self._names_set: frozenset[str] = frozenset()
@@ -65,23 +66,15 @@ class HostConnections:
     def _follow(self) -> bool:
         """Take in what the watch names (the caller holds ``_arrivals_lock``); False when there
         is no watch (nothing is kept)."""
-        changes = None
-        if self._watch is None:
+        watch = self._watch
+        if watch.running:
+            changes = watch.changes()
+        else:  # a one-shot command (virtdriver list) looks once: no watch
             self._looks += 1
-            if self._looks < 2:  # a one-shot command (virtdriver list) looks once: no watch
+            if self._looks < 2 or not watch.start():
                 return False
-            from virtdriver.hypervisor.filewatch import DirWatch, WatchUnavailable
-
-            try:
-                self._watch = DirWatch([self.records])
-            except WatchUnavailable:
-                return False
-        else:
-            changes = self._watch.changes()
+            changes = None
         if changes is None:  # a new watch, or one that cannot tell: nothing kept holds
-            if self._watch is not None and not self._watch.usable:  # the directory went
-                self._watch.close()
-                self._watch = None
             self._arrivals.clear()
             self._names_kept = None
             return True

@@ -55,7 +55,7 @@ sees it. And the list: a domain starts, stops, is defined, undefined or renamed 
 that comes or goes in one of the two directories; while none did (a file named that is not a
 listed domain's, or was removed or renamed away), the last list still holds and libvirtd is not
 asked. When the watch cannot tell (its queue overflowed, a directory went, the process forked),
-everything is read and listed again.
+everything is read and listed again; a directory that went is watched again once it is back.
 """
 
 from __future__ import annotations
@@ -65,15 +65,12 @@ import re
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import libvirt
 
 from virtdriver.hostfiles import read_bytes
 from virtdriver.hypervisor.domains import DomainXml, ListedDomain
-
-if TYPE_CHECKING:
-    from virtdriver.hypervisor.filewatch import DirWatch
+from virtdriver.hypervisor.filewatch import LazyWatch
 
 SYSTEM_URI = "qemu:///system"
 CONFIG_DIR = Path("/etc/libvirt/qemu")
@@ -110,8 +107,8 @@ class XmlCache:
         self._listing: tuple[object, list[ListedDomain], frozenset[str], frozenset[str]] | None
         self._listing = None
         self._listings = 0  # lists dropped: a list made across a drop is not kept
-        self._watch: DirWatch | None = None  # made once trusted (confirm): a one-shot
-        # command (virtdriver list) never needs it, nor pays for ctypes
+        # started once trusted (confirm): a one-shot command (virtdriver list) never needs it
+        self._watch = LazyWatch([config_dir, state_dir])
 
     @classmethod
     def for_uri(cls, uri: str) -> XmlCache | None:
@@ -123,7 +120,7 @@ class XmlCache:
     def _drain(self) -> None:
         """Take in what the watch names (the caller holds the lock): the files it names are read
         again, and a file that came or went drops the list. Everything, when it cannot tell."""
-        changes = self._watch.changes() if self._watch is not None else None
+        changes = self._watch.changes()
         if changes is None:
             self._drop_all()
             return
@@ -161,15 +158,8 @@ class XmlCache:
     def _start_watch(self) -> None:
         """Watch the two directories from now on (the caller holds the lock); nothing read
         before is kept (:meth:`_file` keeps only what is read while the watch runs)."""
-        if self._watch is not None or not self.usable:
-            return
-        from virtdriver.hypervisor import filewatch
-
-        try:
-            self._watch = filewatch.DirWatch([self.config_dir, self.state_dir])
-        except filewatch.WatchUnavailable:
-            return
-        self._drop_all()
+        if not self._watch.running and self.usable and self._watch.start():
+            self._drop_all()
 
     def _drop_all(self) -> None:
         self._files.clear()
@@ -187,7 +177,7 @@ class XmlCache:
         if found is not None:
             return found
         data = read_bytes(path)
-        if self._watch is not None:
+        if self._watch.running:
             with self._lock:
                 if self._drains == drains:
                     self._files[path] = data
@@ -205,7 +195,7 @@ class XmlCache:
         with self._lock:
             self._drain()  # before make(): definition() takes files the watch has not named
             keep = (self.definitions_trusted and self.states_trusted
-                    and self._watch is not None)
+                    and self._watch.running)
             listing = self._listing
             if keep and listing is not None and listing[0] is conn:
                 return listing[1]
@@ -279,7 +269,7 @@ class XmlCache:
             drains = self._drains
             trusted = self.trusted
             definitions, states = self.definitions_trusted, self.states_trusted
-            watched = trusted and self._watch is not None
+            watched = trusted and self._watch.running
         refused = self._refused
         kept_xml, named = self._kept, self._named
         for domain in listed:
