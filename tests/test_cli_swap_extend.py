@@ -199,7 +199,9 @@ def test_swap_of_1_gib_shows_a_moving_progress_bar_on_a_terminal(guests, tmp_pat
 
 
 @pytest.mark.hypervisor
-def test_ctrl_c_during_the_copy_leaves_the_guest_on_the_old_volume(guests, tmp_path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_ctrl_c_during_the_copy_leaves_the_guest_on_the_old_volume(guests, tmp_path,
+                                                                   sig) -> None:
     from virtdriver import LibvirtVolumeDriver
 
     dom = guests.start("intr")
@@ -215,7 +217,7 @@ def test_ctrl_c_during_the_copy_leaves_the_guest_on_the_old_volume(guests, tmp_p
             if not interrupted and bar_percents(text):
                 # Slow the copy to 1 MiB/s so that it is surely still running, then Ctrl-C.
                 dom.blockJobSetSpeed("sda", 1, 0)
-                proc.send_signal(signal.SIGINT)
+                proc.send_signal(sig)
                 interrupted.append(True)
 
         status, output = on_pty(command(state, "swap", dom.name(), old, new),
@@ -229,6 +231,31 @@ def test_ctrl_c_during_the_copy_leaves_the_guest_on_the_old_volume(guests, tmp_p
             (att,) = driver.list_attachments(dom.name())
             assert (att.volumeId, att.source) == (old_info["data"]["volume_id"], old_dev.device)
             assert driver.host.connected() == [old_info["data"]["volume_id"]]  # new released
+        finally:
+            driver.close()
+
+
+@pytest.mark.hypervisor
+def test_a_copy_that_runs_out_of_time_exits_4_and_keeps_the_old_volume(guests,
+                                                                       tmp_path) -> None:
+    from virtdriver import LibvirtVolumeDriver
+
+    dom = guests.start("late")
+    state = tmp_path / "state"
+    with LoopDevice(1 << 30) as old_dev, LoopDevice(1 << 30) as new_dev:
+        old_info = local_volume(old_dev.device, multiattach=False)
+        old = saved(tmp_path, "old", old_info)
+        new = saved(tmp_path, "new", local_volume(new_dev.device, multiattach=False))
+        assert run(state, "attach", dom.name(), old).returncode == 0
+        late = run(state, "swap", dom.name(), old, new, "--timeout", "0.01")
+        assert late.returncode == 4, late.stderr  # OperationTimeout, as the README's table says
+        assert len(late.stderr.splitlines()) == 1 and "within 0.01 s" in late.stderr
+        assert dom.blockJobInfo("sda", 0) == {}
+        driver = LibvirtVolumeDriver("qemu:///system", state_dir=state)
+        try:
+            (att,) = driver.list_attachments(dom.name())
+            assert att.source == old_dev.device
+            assert driver.host.connected() == [old_info["data"]["volume_id"]]
         finally:
             driver.close()
 

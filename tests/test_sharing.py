@@ -25,9 +25,9 @@ from virtdriver.policy.sharing import (
     dangers,
     refuse_attach,
     refuse_fan_out,
-    refuse_swap,
     still_used,
 )
+from virtdriver.policy.swap import refuse_swap
 
 DEV = ("dev", "7:3")
 OTHER_DEV = ("dev", "7:4")

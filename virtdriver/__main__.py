@@ -1,3 +1,3 @@
-from virtdriver.cli import main
+from virtdriver.entry import main
 
 raise SystemExit(main())

@@ -9,10 +9,13 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 from virtdriver.cli_host import DEFAULT_TARGET, add_attach_mode, add_host_options
@@ -30,6 +33,7 @@ from virtdriver.errors import VirtDriverError
 QUIET_STARTS = ("render", "list")
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+TERMINATIONS = (signal.SIGTERM, signal.SIGHUP)
 
 
 
@@ -179,6 +183,29 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     warnings.simplefilter("ignore")  # os-brick's eventlet warnings are not for the operator
+    with _terminations_interrupt():
+        return _main(argv)
+
+
+@contextlib.contextmanager
+def _terminations_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP end a command as Ctrl-C does: a copy cancelled, a failure undone."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach the main thread only
+        return
+    previous = {sig: signal.signal(sig, _interrupt) for sig in TERMINATIONS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         prepare_output()
         if argv is not None and (isinstance(argv, (str, bytes)) or not isinstance(argv, Sequence)

@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from virtdriver.cli_io import as_json, shown_name
+from virtdriver.units import human
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _SIZE = re.compile(r"([0-9]{1,16})\s*([kmgt]?)(?:i?b)?", re.IGNORECASE)
@@ -23,15 +24,6 @@ def size_argument(text: str) -> int:
     if match is None or int(match.group(1)) == 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size (bytes, or with K, M, G, T)")
     return int(match.group(1)) * _UNITS[match.group(2).lower()]
-
-
-def human(size: int | None) -> str:
-    if size is None:
-        return "-"
-    for unit, factor in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size >= factor:
-            return f"{size / factor:.1f} {unit}"
-    return f"{size} B"
 
 
 # ---- swap -----------------------------------------------------------------------------------

@@ -216,6 +216,10 @@ class SwapFailed(HypervisorError):
     """The block copy to the new volume failed; the guest still uses the old one."""
 
 
+class SwapTimeout(OperationTimeout, SwapFailed):
+    """The block copy did not get ready in time; it was cancelled, the old volume kept."""
+
+
 class SwapRefused(PolicyRefusal, SwapFailed):
     """The policy refuses the swap (a shared source with other writers, the same volume, ...)."""
 

@@ -1,4 +1,4 @@
-"""Interrupts (SIGINT, SIGTERM) held back while a live migration must not be left halfway.
+"""Interrupts (SIGINT, SIGTERM, SIGHUP) held back while a live migration must not be left halfway.
 
 A signal handled the usual way raises ``KeyboardInterrupt`` wherever the main thread happens to
 be -- after libvirt's migration call succeeded, say, so that a guest that moved would be handled
@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from types import FrameType, TracebackType
 from typing import Any
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -26,7 +26,7 @@ class Interrupted(KeyboardInterrupt):
 
 
 class Interrupts:
-    """Record SIGINT/SIGTERM instead of raising; re-entrant (nested ``with`` blocks share it)."""
+    """Record SIGINT, SIGTERM and SIGHUP instead of raising; re-entrant (nested ``with`` blocks share it)."""
 
     def __init__(self) -> None:
         self.received: int | None = None

@@ -9,6 +9,7 @@ from typing import Any
 from virtdriver.config import Disk
 from virtdriver.errors import InvalidConnectionInfo, VirtDriverError, show
 from virtdriver.hypervisor.dataid import DataIdentity, data_identity, identity_token
+from virtdriver.policy.attach import effective_attach_mode
 from virtdriver.render import check_nesting, volume_id
 from virtdriver.shapes import normalize
 from virtdriver.valuetypes import Frozen, value_type
@@ -25,10 +26,11 @@ class VolumeRequest(Frozen):
     driver: VolumeDriver
     protocol: str | None  # os-brick's, None when QEMU connects by itself
     options: RenderOptions
+    mode: str = "rw"  # what the document itself says: ro when its record or access_mode says so
 
     @classmethod
     def parse(cls, connection_info: Mapping[str, Any], options: RenderOptions) -> VolumeRequest:
-        info = copy_info(connection_info)
+        info, stated = copy_info_and_mode(connection_info)
         vid = volume_id(info)
         if vid is None:
             raise InvalidConnectionInfo("connection_info.data.volume_id",
@@ -40,7 +42,9 @@ class VolumeRequest(Frozen):
                                         f"{show(multiattach)} is not true or false")
         driver = get_driver(info.get("driver_volume_type"))
         driver.check_host_side(info["data"], options)  # before any lock or connect
-        return cls(info, vid, multiattach, driver, driver.brick_protocol_for(options), options)
+        mode = effective_attach_mode(stated, info["data"].get("access_mode"))
+        return cls(info, vid, multiattach, driver, driver.brick_protocol_for(options), options,
+                   mode)
 
     @property
     def data(self) -> dict[str, Any]:
@@ -67,14 +71,20 @@ class VolumeRequest(Frozen):
 
 
 def copy_info(connection_info: Mapping[str, Any]) -> dict[str, Any]:
-    """A private deep copy in the legacy form (:func:`virtdriver.shapes.normalize`), after
-    checking the depth (before deepcopy recurses)."""
+    """A private deep copy in the legacy form (:func:`virtdriver.shapes.normalize`)."""
+    return copy_info_and_mode(connection_info)[0]
+
+
+def copy_info_and_mode(connection_info: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """A private deep copy in the legacy form and the attachment record's mode (else ``rw``),
+    after checking the depth (before the copy recurses)."""
     if not isinstance(connection_info, Mapping):
         raise InvalidConnectionInfo("connection_info", "is not a JSON object")
     check_nesting(connection_info)
-    info = _copied(normalize(connection_info)[0])  # any shape Cinder or nova sends
+    normalized, mode = normalize(connection_info)  # any shape Cinder or nova sends
+    info = _copied(normalized)
     info["data"] = dict(info["data"])
-    return info
+    return info, mode
 
 
 _SCALARS = (str, int, float, bool, type(None))

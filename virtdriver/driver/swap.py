@@ -1,8 +1,9 @@
 """Swap as steps (extend: :mod:`virtdriver.driver.extend`).
 
 Swap moves a guest's disk from one volume to another keeping device and attach mode: under both
-volumes' and both data's locks, the policy is asked first (:func:`refuse_swap` for the old
-volume, :func:`refuse_attach` for the new one on this guest), then the new volume is connected. A
+volumes' and both data's locks, the policy is asked first (:mod:`virtdriver.policy.swap`, and
+:func:`refuse_attach` for the new volume on this guest), before and again after the new volume is
+connected (its data and size known then). A
 running guest is copied live (block copy, then pivot); the device keeps its alias, so a note in
 the guest's metadata records that it now serves the new volume. A shut-off guest gets the new
 disk, under its own alias, in place of the old one in its definition -- and the old one back if
@@ -29,11 +30,17 @@ from virtdriver.errors import (
 )
 from virtdriver.hypervisor.blockcopy import copy_and_pivot
 from virtdriver.hypervisor.connection import libvirt_message
-from virtdriver.hypervisor.dataid import data_identity, identity_token
+from virtdriver.hypervisor.dataid import data_identity, host_size, identity_token
 from virtdriver.hypervisor.domains import source_token
 from virtdriver.hypervisor.metadata import set_note
 from virtdriver.policy.identity import alias_for
-from virtdriver.policy.sharing import refuse_attach, refuse_swap, users_of
+from virtdriver.policy.sharing import Use, refuse_attach, users_of
+from virtdriver.policy.swap import (
+    refuse_mode_change,
+    refuse_size,
+    refuse_swap,
+    refuse_swap_target,
+)
 from virtdriver.render import build_disk
 
 
@@ -48,7 +55,7 @@ def swap(host: Host, instance: str, old_info: Mapping[str, Any], new_info: Mappi
     old_data = mine[0].data
     known = new.data_before_connect()
     data = new.lock_data(known)
-    if old_data:
+    if old_data:  # (the same data under both ids is one lock: refused below, not waited for)
         data.append((identity_token(old_data), f"volume {old.vid}"))
     with host.lock([old.vid, new.vid], data, "swap"):
         state = host.find(instance)  # again, under the locks
@@ -56,19 +63,21 @@ def swap(host: Host, instance: str, old_info: Mapping[str, Any], new_info: Mappi
         if not mine:
             raise NotAttached(not_attached_message(old.vid, state))
         uses = host.uses()
-        refuse_swap(old.vid, new.vid, state.uuid, state.name, uses)
         old_disk = mine[0].disk
-        taken = {u.device_alias for u in state.disks if u.device_alias}
-        new_disk = _render_like(host, new, old_disk, alias_for(new.vid, taken))  # refusals first
         new_known = known if known is not None and known[0] != "key" else None
-        refuse_attach(new.vid, new_known, new.multiattach, state.uuid, state.name, uses)
+        _refuse(new, old.vid, new_known, old_disk, state.uuid, state.name, uses)
+        taken = {u.device_alias for u in state.disks if u.device_alias}
+        alias = alias_for(new.vid, taken)
+        _render_like(host, new, old_disk, alias)  # its refusals before anything is connected
         used_before = users_of(new.vid, new_known, uses)
         try:
             host.connect(new)
-            new_disk = _render_like(host, new, old_disk, new_disk.alias.name)  # type: ignore[union-attr]
-            refuse_attach(new.vid, data_identity(new_disk), new.multiattach, state.uuid,
-                          state.name, uses)
+            new_disk = _render_like(host, new, old_disk, alias)
+            _refuse(new, old.vid, data_identity(new_disk), old_disk, state.uuid, state.name,
+                    uses)
             if state.active:
+                refuse_size(old.vid, _guest_size(state.dom, old_disk), new.vid,
+                            host_size(new_disk))
                 _swap_live(host, state.dom, mine[0], new, new_disk, state.persistent, timeout,
                            progress)
             else:
@@ -87,6 +96,23 @@ def swap(host: Host, instance: str, old_info: Mapping[str, Any], new_info: Mappi
     found = [a for a in (Attachment.from_use(u) for u in host.state(state.dom).disks)
              if a is not None and a.volumeId == new.vid]
     return found[0]
+
+
+def _refuse(new: VolumeRequest, old: str, data: Any, old_disk: Disk, guest_uuid: str,
+            guest: str, uses: list[Use]) -> None:
+    """Every rule a swap onto ``new`` must pass: the swap's own, then attach's."""
+    refuse_swap(old, new.vid, guest_uuid, guest, uses)
+    refuse_mode_change(new.vid, new.mode, old_disk.readonly, guest)
+    refuse_swap_target(old, new.vid, data, guest_uuid, guest, uses)
+    refuse_attach(new.vid, data, new.multiattach, guest_uuid, guest, uses)
+
+
+def _guest_size(dom: libvirt.virDomain, disk: Disk) -> int | None:
+    """The size the guest's QEMU gives the disk now (what the copy reads), if it tells."""
+    try:
+        return int(dom.blockInfo(disk.target.dev)[0])  # type: ignore[union-attr]
+    except (libvirt.libvirtError, AttributeError):
+        return None
 
 
 def _swap_live(host: Host, dom: libvirt.virDomain, old_use: Any, new: VolumeRequest,

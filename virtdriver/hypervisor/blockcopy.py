@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import libvirt
 
-from virtdriver.errors import SwapFailed
+from virtdriver.errors import SwapFailed, SwapTimeout
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.events import DomainEvents
 
@@ -44,10 +44,14 @@ def copy_and_pivot(dom: libvirt.virDomain, events: DomainEvents, target_dev: str
         except BaseException:
             _cancel(dom, target_dev)  # synchronous: the mirror is gone when it returns
             raise
+        if status is None:
+            _cancel(dom, target_dev)
+            raise SwapTimeout(f"copying {target_dev} of {dom.name()} to the new volume did not "
+                              f"get ready within {timeout:g} s; the copy was cancelled")
         if status != libvirt.VIR_DOMAIN_BLOCK_JOB_READY:
             _cancel(dom, target_dev)
-            what = "did not get ready in time" if status is None else STATUS.get(status, status)
-            raise SwapFailed(f"copying {target_dev} of {dom.name()} to the new volume {what}")
+            raise SwapFailed(f"copying {target_dev} of {dom.name()} to the new volume "
+                             f"{STATUS.get(status, status)}")
         try:
             dom.blockJobAbort(target_dev, libvirt.VIR_DOMAIN_BLOCK_JOB_ABORT_PIVOT)
         except libvirt.libvirtError as exc:

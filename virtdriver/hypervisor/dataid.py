@@ -59,3 +59,19 @@ def identity_token(identity: DataIdentity) -> str:
     import hashlib  # here: what only reads the host (``virtdriver list``) never needs it
 
     return hashlib.sha256("\0".join(identity).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def host_size(disk: Disk) -> int | None:
+    """The size of the host file or block device behind ``disk``; ``None`` where not readable."""
+    source = disk.source
+    path = (source.dev or source.file) if source is not None else None
+    if disk.type not in ("block", "file") or not path:
+        return None  # a network disk: QEMU opens it, the host cannot tell its size here
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.lseek(fd, 0, os.SEEK_END)
+    finally:
+        os.close(fd)

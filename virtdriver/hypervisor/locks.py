@@ -144,8 +144,9 @@ def locks(lock_dir: Path, volumes: list[str], data: list[tuple[str, str]], *, op
           timeout: float = DEFAULT_TIMEOUT,
           notice_after: float = NOTICE_AFTER) -> contextlib.AbstractContextManager[None]:
     """Volume locks, then data locks, each set in sorted order (so two callers never deadlock)."""
+    described = dict(sorted(data, reverse=True))  # one lock per token, whoever names it
     wanted = ([_volume_file(lock_dir, vid) for vid in sorted(set(volumes))]
-              + [_data_file(lock_dir, token, described) for token, described in sorted(set(data))])
+              + [_data_file(lock_dir, token, described[token]) for token in sorted(described)])
     return _Locks(wanted, operation, timeout, notice_after)
 
 

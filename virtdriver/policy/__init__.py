@@ -3,8 +3,10 @@
 - :mod:`~virtdriver.policy.attach` — one disk: attach mode, read-only, ``<shareable/>``,
   ``cache``/``io``, labels, and the refusals of unsafe combinations;
 - :mod:`~virtdriver.policy.sharing` — the host: who may share a volume's data (a second user of a
-  non-multiattach volume, the same data under another id, swap from a multi-writer, fan-out),
-  and the dangers ``audit`` reports;
+  non-multiattach volume, the same data under another id, fan-out), and the dangers ``audit``
+  reports;
+- :mod:`~virtdriver.policy.swap` — what a swap may do: never copy over data a guest uses, never
+  widen read-only, never from a volume others write, only between equal sizes;
 - :mod:`~virtdriver.policy.identity` — what a volume id may be and how it is carried in a
   libvirt user alias;
 - :mod:`~virtdriver.policy.migration` and :mod:`~virtdriver.policy.carryover` — live migration:

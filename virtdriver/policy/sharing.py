@@ -19,7 +19,6 @@ from typing import Final, Hashable
 from virtdriver.errors import (
     InvalidAttachRequest,
     MultiattachNotSupported,
-    SwapRefused,
     VolumeInUse,
 )
 from virtdriver.valuetypes import Frozen, value_type
@@ -102,20 +101,6 @@ def refuse_fan_out(volume: str, multiattach: bool, guests: Sequence[str]) -> Non
     if len(guests) > 1 and not multiattach:
         raise MultiattachNotSupported(f"volume {volume} is not multiattach; it cannot be "
                                       f"attached to {len(guests)} guests")
-
-
-def refuse_swap(old: str, new: str, guest_uuid: str, guest: str, uses: Sequence[Use]) -> None:
-    """Refuse moving ``guest`` from volume ``old`` to ``new`` when that loses data: the same
-    volume, or an old volume that other guests on this host write to (their writes would not
-    follow the copy)."""
-    if old == new:
-        raise SwapRefused(f"volume {old} cannot be swapped with itself")
-    writers = [u for u in uses if u.volume == old and u.guest_uuid != guest_uuid
-               and not u.readonly]
-    if writers:
-        raise VolumeInUse(f"volume {old} is shared and attached read-write to "
-                          f"{', '.join(_guests(writers))}; swapping {guest} away from it would "
-                          "lose their writes")
 
 
 def still_used(volume: str, data: Hashable | None, uses: Iterable[Use]) -> list[str]:
