@@ -57,6 +57,10 @@ def detach(driver: Any, instance: str, volume_id: str, cinder_url: str | None = 
            **kwargs: Any) -> str | None:
     """Detach; then delete the Cinder attachment remembered for it (the attachment id, or
     ``None`` when the volume was not attached through ``--cinder``)."""
+    from virtdriver.policy.identity import check_instance, check_requested_volume_id
+
+    check_instance(instance)
+    check_requested_volume_id(volume_id)  # bad input before the guest is looked up
     note = recall(driver, instance, volume_id)
     driver.detach_volume(instance, volume_id, **kwargs)
     if note is None:

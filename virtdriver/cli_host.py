@@ -173,7 +173,8 @@ def _detach(args: argparse.Namespace) -> int:
 
 
 def _connector(args: argparse.Namespace) -> int:
-    props = driver_for(args).connector_properties(args.attach_mode or "rw", my_ip=args.my_ip)
+    mode = "rw" if args.attach_mode is None else args.attach_mode  # '' is refused, not rw
+    props = driver_for(args).connector_properties(mode, my_ip=args.my_ip)
     print(as_json(props, sort_keys=True))
     return 0
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from virtdriver.cli_host import add_lock_timeout
 from virtdriver.cli_io import as_json
 from virtdriver.tables import table_lines  # noqa: F401 - used by the demo and doctor
 
@@ -57,20 +58,31 @@ def _shown(report: Any, text: Any, json_wanted: bool, *, problem: bool) -> int:
 
 
 def _repair_labels(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from virtdriver.hypervisor.connection import Connection
+    from virtdriver.hypervisor.locks import DEFAULT_TIMEOUT, guest_lock
     from virtdriver.hypervisor.seclabels import foreign_labels, repair_definition
 
     connection = Connection(args.connect)
+    lock_dir = Path(args.state_dir) / "locks"
     try:
         conn, models = connection.get(), connection.security_models()
-        wanted = set(args.guests)
+        named = {connection.domain(g).UUIDString(): g for g in args.guests}  # each must exist
         guests = sorted({f.guest_uuid: f.guest for f in foreign_labels(conn, models)
-                         if not wanted or wanted & {f.guest, f.guest_uuid}}.items())
+                         if not named or f.guest_uuid in named}.items())
         for uuid, name in guests:
-            for fixed in repair_definition(conn, connection.domain(uuid), models):
+            # The guest's lock, as an attach holds it: the repair rewrites the whole definition.
+            with guest_lock(lock_dir, uuid, timeout=args.lock_timeout or DEFAULT_TIMEOUT):
+                fixed_labels = repair_definition(conn, connection.domain(uuid), models)
+            for fixed in fixed_labels:
                 print(f"{name}: removed the <seclabel model='{fixed.model}'> of disk "
                       f"{fixed.device} from the definition (the running guest is unchanged)")
-        if not guests:
+        repaired = {uuid for uuid, _ in guests}
+        for uuid, name in named.items():
+            if uuid not in repaired:
+                print(f"{name}: its definition names no security driver this host lacks")
+        if not guests and not named:
             print("no guest definition names a security driver this host does not run")
     finally:
         connection.close()
@@ -139,4 +151,5 @@ def add_operator_commands(sub: Any) -> None:
                "  virtdriver repair-labels web-1 db-2")
     p.add_argument("guests", nargs="*", metavar="GUEST", help="guest names or UUIDs "
                    "(default: every guest whose definition needs it)")
+    add_lock_timeout(p)
     p.set_defaults(func=_repair_labels)

@@ -21,7 +21,7 @@ from virtdriver import arguments
 from virtdriver.attachment import Attachment
 from virtdriver.driver.host import Host
 from virtdriver.driver.options import DEFAULT_STATE_DIR, HostOptions, check_timeout
-from virtdriver.errors import InvalidRequest
+from virtdriver.errors import InvalidRenderOption, InvalidRequest, show
 from virtdriver.hypervisor.domains import DiskUse
 from virtdriver.policy import check_attach_mode
 from virtdriver.policy.identity import check_instance, check_requested_volume_id
@@ -115,6 +115,11 @@ class LibvirtVolumeDriver:
         (``multipath`` defaults to the host's ``use_multipath``)."""
         mode = check_attach_mode(attach_mode)
         arguments.text(my_ip, "my_ip")
+        from virtdriver.volume.hostname import host_problem
+
+        problem = host_problem(my_ip)  # the rule every host field of connection_info follows
+        if problem is not None:
+            raise InvalidRenderOption(f"my_ip: {show(my_ip)} {problem}")
         use = self.options.use_multipath if multipath is None else multipath
         arguments.flag(use, "multipath")
         from virtdriver.hypervisor import brick

@@ -25,8 +25,10 @@ from virtdriver.errors import (
     AttachFailed,
     AttachRolledBack,
     HypervisorError,
+    InputError,
     InvalidAttachRequest,
     InvalidRenderOption,
+    PolicyRefusal,
     VirtDriverError,
 )
 from virtdriver.hypervisor.access import why_attach_refused
@@ -109,8 +111,8 @@ def attach(host: Host, connection_info: Mapping[str, Any], instances: Sequence[s
         except VirtDriverError as exc:
             host.drop_after_failure(request, used_before)
             _report_failure(progress, instances, per_guest or [exc] * len(instances))
-            if isinstance(exc, AttachFailed) or not attaching:
-                raise
+            if isinstance(exc, (AttachFailed, InputError, PolicyRefusal)) or not attaching:
+                raise  # bad input and refusals keep their kind (and exit code)
             raise AttachFailed(f"attaching volume {request.vid} failed",
                                redact(str(exc), secret_values(request.info))) from None
         except BaseException:

@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from virtdriver.config import Disk
-from virtdriver.errors import InvalidConnectionInfo, VirtDriverError, show
+from virtdriver.errors import InvalidConnectionInfo, PolicyRefusal, VirtDriverError, show
 from virtdriver.hypervisor.dataid import DataIdentity, data_identity, identity_token
 from virtdriver.policy.attach import effective_attach_mode
-from virtdriver.render import check_nesting, volume_id
+from virtdriver.render import build_disk, check_nesting, volume_id
 from virtdriver.shapes import normalize
 from virtdriver.valuetypes import Frozen, value_type
 from virtdriver.volume import RenderOptions, VolumeDriver, get_driver
@@ -43,6 +43,7 @@ class VolumeRequest(Frozen):
         driver = get_driver(info.get("driver_volume_type"))
         driver.check_host_side(info["data"], options)  # before any lock or connect
         mode = effective_attach_mode(stated, info["data"].get("access_mode"))
+        _check_renders(info, mode, options)
         return cls(info, vid, multiattach, driver, driver.brick_protocol_for(options), options,
                    mode)
 
@@ -68,6 +69,21 @@ class VolumeRequest(Frozen):
         :meth:`data_before_connect` found it (none when the data is not known yet); the checks
         under the lock use that same identity."""
         return [] if identity is None else [(identity_token(identity), f"volume {self.vid}")]
+
+
+def _check_renders(info: dict[str, Any], mode: str, options: RenderOptions) -> None:
+    """Render the disk once, so that bad input is refused as such before any lock or connect
+    (a device path that only the host's connect fills in is not asked for yet)."""
+    try:
+        build_disk(info, attach_mode=mode, target_dev="sda", bus="scsi",
+                   mount_base=options.mount_base, native_iscsi=options.native_iscsi,
+                   native_glusterfs=options.native_glusterfs,
+                   initiator_iqn=options.initiator_iqn)
+    except InvalidConnectionInfo as exc:
+        if not (exc.path.endswith(".device_path") and exc.problem.startswith("is missing")):
+            raise
+    except PolicyRefusal:
+        pass  # asked again with the attachment's own mode and the host's options
 
 
 def copy_info(connection_info: Mapping[str, Any]) -> dict[str, Any]:
