@@ -165,3 +165,30 @@ def test_repair_labels_waits_for_the_guest_lock_an_attach_holds(guests, tmp_path
     done = run(state, "repair-labels", dom.name())
     assert done.returncode == 0 and f"removed the <seclabel model='{foreign}'>" in done.stdout
     assert f"model='{foreign}'" not in dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+
+
+def test_an_output_that_cannot_be_written_is_one_line_from_every_command(guests,
+                                                                         tmp_path) -> None:
+    """A full disk (``/dev/full``) or a closed pipe: one line on stderr, never a traceback."""
+    dom = guests.start("full")
+    state = tmp_path / "state"
+    with LoopDevice(16 * MIB) as old_dev, LoopDevice(16 * MIB) as new_dev:
+        old, new = tmp_path / "old.json", tmp_path / "new.json"
+        old.write_text(json.dumps(local_volume(old_dev.device, multiattach=False)))
+        new.write_text(json.dumps(local_volume(new_dev.device, multiattach=False)))
+        assert run(state, "attach", dom.name(), str(old)).returncode == 0
+        base = [sys.executable, "-m", "virtdriver", "--connect", "qemu:///system",
+                "--state-dir", str(state)]
+        for argv in (["extend", str(old)], ["extend", str(old), "--json"],
+                     ["swap", dom.name(), str(old), str(new)],
+                     ["swap", dom.name(), str(new), str(old), "--json"],
+                     ["list", dom.name()], ["audit"], ["connector"]):
+            with open("/dev/full", "w") as full:
+                result = subprocess.run(base + argv, stdout=full, stderr=subprocess.PIPE,
+                                        text=True, check=False, timeout=300)
+            assert "Traceback" not in result.stderr and "Exception" not in result.stderr, (
+                argv, result.stderr)
+            assert result.stderr.splitlines()[-1:] == [
+                "virtdriver: error: cannot write to standard output: No space left on device"
+            ], (argv, result.stderr)
+            assert len(result.stderr.splitlines()) == 1, (argv, result.stderr)

@@ -183,10 +183,12 @@ def test_extend_glusterfs_native(guests, backends, tmp_path) -> None:
                    file_checks_size=False)
 
 
+@pytest.mark.parametrize("shape", ["legacy", "record"])
 def test_cli_extend_names_a_read_only_network_disk_left_behind(guests, backends, tmp_path,
-                                                               tgt_lun) -> None:
+                                                               tgt_lun, shape) -> None:
     """QEMU-native iSCSI: the rw guest grows; the ro one's QEMU iscsi node cannot be reopened
-    read-only by virtdriver, so `virtdriver extend` names it, its size and the fix (exit 1)."""
+    read-only by virtdriver, so `virtdriver extend` names it, its size and the fix (exit 1); the
+    fix, run as printed, brings it up to date read-only, from Cinder's attachment record too."""
     import json
     import sys
 
@@ -197,7 +199,9 @@ def test_cli_extend_names_a_read_only_network_disk_left_behind(guests, backends,
             "data": {"volume_id": vid, "target_iqn": iqn,
                      "target_portal": backends["VD_ISCSI_PORTAL"], "target_lun": 1}}
     path = tmp_path / "vol.json"
-    path.write_text(json.dumps(info))
+    record = {"attachment": {"attach_mode": "rw", "multiattach": True, "connection_info": {
+        "driver_volume_type": "iscsi", **info["data"]}}}
+    path.write_text(json.dumps(info if shape == "legacy" else record))
     driver = LibvirtVolumeDriver("qemu:///system", state_dir=state, native_iscsi=True)
     a, b = guests.start("na"), guests.start("nb")
     driver.attach_volume(info, a.name())
@@ -212,8 +216,17 @@ def test_cli_extend_names_a_read_only_network_disk_left_behind(guests, backends,
         (line,) = done.stderr.splitlines()
         assert line.startswith(f"virtdriver: error: volume {vid} was grown to {32 * MIB} bytes, "
                                f"but {b.name()} shows {16 * MIB} bytes")
-        assert f"virtdriver detach {b.name()} {vid} && virtdriver attach {b.name()} {path}" in line
+        assert (f"virtdriver --state-dir {state} detach {b.name()} {vid} && virtdriver "
+                f"--state-dir {state} attach {b.name()} {path} --native-iscsi") in line
         assert a.blockInfo("sda")[0] == 32 * MIB and b.blockInfo("sda")[0] == 16 * MIB
+        fix = line.split("detach and attach it again: ", 1)[1]
+        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+        fixed = subprocess.run(fix, shell=True, capture_output=True, text=True, check=False,
+                               env=env)
+        assert fixed.returncode == 0, fixed.stderr
+        (att,) = driver.list_attachments(b.name())
+        assert att.attach_mode == "ro" and att.shareable
+        assert b.blockInfo(att.device.removeprefix("/dev/"))[0] == 32 * MIB
     finally:
         driver.detach_volume(a.name(), vid)
         driver.detach_volume(b.name(), vid)

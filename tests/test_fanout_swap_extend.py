@@ -178,6 +178,10 @@ def test_online_extend_grows_what_qemu_reports(guests, volume_driver) -> None:
         assert dom.blockInfo(att.target_dev)[0] == 32 << 20
         with pytest.raises(ExtendRefused, match="shrinking"):
             volume_driver.extend_volume(dom.name(), info, 8 << 20)
+        loop.extend(48 << 20)  # a size below what the host sees: refused, both sizes named
+        with pytest.raises(ExtendRefused, match=r"at 48\.0 MiB .* more than the 40\.0 MiB"):
+            volume_driver.extend_volume(dom.name(), info, 40 << 20)
+        assert dom.blockInfo(att.target_dev)[0] == 32 << 20
 
 
 def test_extend_reaches_every_guest_rw_and_ro(guests, volume_driver) -> None:

@@ -45,6 +45,10 @@ def test_the_records_mode_is_the_attach_mode() -> None:
         with pytest.raises(InvalidAttachMode, match="contradicts"):
             build_disk(doc, attach_mode="rw")
     assert "<readonly/>" not in build_disk(FLAT).to_xml()  # Cinder's access_mode is always rw
+    for name in ("record", "inner"):  # read-only wins: ro narrows a record's rw
+        doc = shapes(FLAT, "rw")[name]
+        assert normalize(doc, "ro")[1] == "ro"
+        assert "<readonly/>" in build_disk(doc, attach_mode="ro").to_xml()
 
 
 def test_normalize_leaves_its_input_alone_and_is_idempotent() -> None:

@@ -24,7 +24,7 @@ from virtdriver.cli_migrate import add_migration_commands
 from virtdriver.cli_ops import add_operator_commands as _add_operator_commands
 from virtdriver.cli_volume import add_volume_commands
 from virtdriver.cli_io import UsageError, emit, fail, finish_output, read_volume
-from virtdriver.cli_io import output_closed, prepare_output
+from virtdriver.cli_io import flush_before_error, output_closed, prepare_output
 from virtdriver import logs
 from virtdriver.errors import VirtDriverError
 
@@ -224,6 +224,7 @@ def _main(argv: Sequence[str] | None) -> int:
         fail(str(exc))
         return EXIT_USAGE
     except VirtDriverError as exc:
+        flush_before_error()  # what was printed before it (extend's table)
         fail(str(exc))
         return exit_code(exc)
     except BrokenPipeError:  # a table or message printed to a reader that went away

@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import Any
 
-from virtdriver.cli_io import UsageError, as_json, read_volume
+from virtdriver.cli_io import UsageError, as_json, read_volume, say
 
 DEFAULT_TARGET = {"virtio": "vdb", "scsi": "sdb", "sata": "sdb", "usb": "sdb", "ide": "hdb"}
 
@@ -84,10 +84,10 @@ def driver_for(args: argparse.Namespace) -> Any:
 def _print_table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> None:
     widths = [max([len(title)] + [len(str(r.get(key, ""))) for r in rows])
               for key, title in columns]
-    print("  ".join(title.ljust(w) for (_, title), w in zip(columns, widths)).rstrip())
-    print("  ".join("-" * w for w in widths))
+    say("  ".join(title.ljust(w) for (_, title), w in zip(columns, widths)).rstrip())
+    say("  ".join("-" * w for w in widths))
     for row in rows:
-        print("  ".join(str(row.get(key, "")).ljust(w)
+        say("  ".join(str(row.get(key, "")).ljust(w)
                         for (key, _), w in zip(columns, widths)).rstrip())
 
 
@@ -114,7 +114,7 @@ def _attach(args: argparse.Namespace) -> int:
             raise UsageError("attach: give CONNECTION_INFO, or --cinder URL with --volume ID")
         info, mode = read_volume(args.connection_info, args.attach_mode, args.multiattach)
         att = driver_for(args).attach_volume(info, args.domain, attach_mode=mode, **placement)
-    print(f"Volume {att.volumeId} attached to {att.server_name} as {att.device} "
+    say(f"Volume {att.volumeId} attached to {att.server_name} as {att.device} "
           f"({att.attach_mode}{', shareable' if att.shareable else ''})")
     return 0
 
@@ -158,7 +158,7 @@ def _attach_many(args: argparse.Namespace) -> int:
                                                       progress=progress.step)
     _print_table([dict(a.to_api(), guest=a.server_name) for a in attachments],
                  [("guest", "Guest")] + ATTACHMENT_COLUMNS[:5])
-    print(f"{len(attachments)} guests attached, host side connected once")
+    say(f"{len(attachments)} guests attached, host side connected once")
     return 0
 
 
@@ -167,7 +167,7 @@ def _detach(args: argparse.Namespace) -> int:
 
     att_id = cinder_flow.detach(driver_for(args), args.domain, args.volume_id, args.cinder,
                                 timeout=args.timeout)
-    print(f"Volume {args.volume_id} detached from {args.domain}"
+    say(f"Volume {args.volume_id} detached from {args.domain}"
           + (f"; Cinder attachment {att_id} deleted" if att_id else ""))
     return 0
 
@@ -175,22 +175,22 @@ def _detach(args: argparse.Namespace) -> int:
 def _connector(args: argparse.Namespace) -> int:
     mode = "rw" if args.attach_mode is None else args.attach_mode  # '' is refused, not rw
     props = driver_for(args).connector_properties(mode, my_ip=args.my_ip)
-    print(as_json(props, sort_keys=True))
+    say(as_json(props, sort_keys=True))
     return 0
 
 
 def _release(args: argparse.Namespace) -> int:
     if driver_for(args).release_volume(args.volume_id):
-        print(f"Host connection of volume {args.volume_id} released")
+        say(f"Host connection of volume {args.volume_id} released")
     else:
-        print(f"Volume {args.volume_id} has no recorded host connection: nothing to release")
+        say(f"Volume {args.volume_id} has no recorded host connection: nothing to release")
     return 0
 
 
 def _list(args: argparse.Namespace) -> int:
     attachments = [a.to_api() for a in driver_for(args).list_attachments(args.domain)]
     if args.json:
-        print(as_json({"volumeAttachments": attachments}))
+        say(as_json({"volumeAttachments": attachments}))
     else:
         _print_table(attachments, ATTACHMENT_COLUMNS)
     return 0
@@ -199,10 +199,10 @@ def _list(args: argparse.Namespace) -> int:
 def _capabilities(args: argparse.Namespace) -> int:
     caps = driver_for(args).capabilities()
     if args.json:
-        print(as_json(caps))
+        say(as_json(caps))
     else:
         for key, value in caps.items():
-            print(f"{key + ':':<24}{value}")
+            say(f"{key + ':':<24}{value}")
     return 0
 
 

@@ -92,13 +92,19 @@ def emit(text: str) -> None:
     become character references (still the same XML). A closed or vanished output is a usage
     failure of one line, not a traceback.
     """
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    say(text.encode(encoding, "xmlcharrefreplace").decode(encoding))
+    finish_output()
+
+
+def say(text: str) -> None:
+    """Write one line of a command's output (a table's row, a message, JSON); an output that
+    cannot be written (a full disk, a closed pipe) is one :class:`UsageError` line."""
     out = sys.stdout
     if out is None:
         raise UsageError("standard output is closed")
-    encoding = getattr(out, "encoding", None) or "utf-8"
     try:
-        out.write(text.encode(encoding, "xmlcharrefreplace").decode(encoding) + "\n")
-        out.flush()
+        out.write(text + "\n")
     except (BrokenPipeError, ValueError):  # ValueError: the stream was closed
         raise UsageError(output_closed()) from None
     except OSError as exc:
@@ -130,6 +136,15 @@ def finish_output() -> None:
     except OSError as exc:
         _silence_stdout()
         raise UsageError(f"cannot write to standard output: {exc.strerror or exc}") from None
+
+
+def flush_before_error() -> None:
+    """Flush what a failing command printed before its error; an output that cannot take it is
+    silenced, so that the error stays the one line said."""
+    try:
+        finish_output()
+    except UsageError:
+        pass
 
 
 def output_closed() -> str:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from virtdriver.cli_io import say
+
 
 def _migrate(args: argparse.Namespace) -> int:
     import sys
@@ -33,9 +35,9 @@ def _migrate(args: argparse.Namespace) -> int:
                               peer_to_peer=args.p2p, interrupts=interrupts,
                               progress=progress)
         progress.close()
-        print(f"Guest {args.domain} migrated to {args.to}")
+        say(f"Guest {args.domain} migrated to {args.to}")
         for vid in kept:
-            print(f"Volume {vid} stays connected on this host: other guests here still use it")
+            say(f"Volume {vid} stays connected on this host: other guests here still use it")
         if interrupts.received is not None:
             print(f"virtdriver: {interrupts.name} came after the guest had moved: the migration "
                   "was completed", file=sys.stderr)
@@ -55,7 +57,7 @@ def _prepare(args: argparse.Namespace) -> int:
 
     info, mode = read_volume(args.connection_info, args.attach_mode)
     driver_for(args).prepare_incoming(info, args.domain, mode)
-    print(f"Volume connected on this host for {args.domain}, arriving by live migration")
+    say(f"Volume connected on this host for {args.domain}, arriving by live migration")
     return 0
 
 
@@ -65,9 +67,9 @@ def _finish(args: argparse.Namespace) -> int:
     users = driver_for(args).finish_outgoing(args.domain, args.volume_id,
                                              leftover_definition=args.leftover_definition)
     if users:
-        print(f"Volume {args.volume_id} stays connected: still used by {', '.join(users)}")
+        say(f"Volume {args.volume_id} stays connected: still used by {', '.join(users)}")
     else:
-        print(f"No guest on this host uses volume {args.volume_id} any more; its host "
+        say(f"No guest on this host uses volume {args.volume_id} any more; its host "
               "connection (if it had one) is released")
     return 0
 
@@ -76,9 +78,9 @@ def _complete(args: argparse.Namespace) -> int:
     from virtdriver.cli_host import driver_for
 
     if driver_for(args).complete_incoming(args.domain, args.volume_id):
-        print(f"Guest {args.domain} arrived: volume {args.volume_id} is its own disk here now")
+        say(f"Guest {args.domain} arrived: volume {args.volume_id} is its own disk here now")
     else:
-        print(f"Volume {args.volume_id} has no arrival of {args.domain} to complete")
+        say(f"Volume {args.volume_id} has no arrival of {args.domain} to complete")
     return 0
 
 
@@ -86,9 +88,9 @@ def _abort(args: argparse.Namespace) -> int:
     from virtdriver.cli_host import driver_for
 
     if driver_for(args).abort_incoming(args.domain, args.volume_id):
-        print(f"Preparation of volume {args.volume_id} for {args.domain} undone")
+        say(f"Preparation of volume {args.volume_id} for {args.domain} undone")
     else:
-        print(f"Volume {args.volume_id} was not prepared for {args.domain}: nothing to undo")
+        say(f"Volume {args.volume_id} was not prepared for {args.domain}: nothing to undo")
     return 0
 
 

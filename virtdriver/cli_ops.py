@@ -11,7 +11,7 @@ import argparse
 from typing import Any
 
 from virtdriver.cli_host import add_lock_timeout
-from virtdriver.cli_io import as_json
+from virtdriver.cli_io import as_json, say
 from virtdriver.tables import table_lines  # noqa: F401 - used by the demo and doctor
 
 EXIT_OK = 0
@@ -53,7 +53,7 @@ def _audit(args: argparse.Namespace) -> int:
 
 def _shown(report: Any, text: Any, json_wanted: bool, *, problem: bool) -> int:
     """Print a doctor or audit report (JSON or the operator's text); its exit status."""
-    print(as_json(report.to_json()) if json_wanted else text(report))
+    say(as_json(report.to_json()) if json_wanted else text(report))
     return EXIT_PROBLEM if problem else EXIT_OK
 
 
@@ -76,14 +76,14 @@ def _repair_labels(args: argparse.Namespace) -> int:
             with guest_lock(lock_dir, uuid, timeout=args.lock_timeout or DEFAULT_TIMEOUT):
                 fixed_labels = repair_definition(conn, connection.domain(uuid), models)
             for fixed in fixed_labels:
-                print(f"{name}: removed the <seclabel model='{fixed.model}'> of disk "
+                say(f"{name}: removed the <seclabel model='{fixed.model}'> of disk "
                       f"{fixed.device} from the definition (the running guest is unchanged)")
         repaired = {uuid for uuid, _ in guests}
         for uuid, name in named.items():
             if uuid not in repaired:
-                print(f"{name}: its definition names no security driver this host lacks")
+                say(f"{name}: its definition names no security driver this host lacks")
         if not guests and not named:
-            print("no guest definition names a security driver this host does not run")
+            say("no guest definition names a security driver this host does not run")
     finally:
         connection.close()
     return EXIT_OK

@@ -11,7 +11,7 @@ import argparse
 import re
 from typing import Any
 
-from virtdriver.cli_io import as_json, shown_name
+from virtdriver.cli_io import as_json, say, shown_name
 from virtdriver.units import human
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -43,9 +43,9 @@ def _swap(args: argparse.Namespace) -> int:
             raise Interrupted(f"the copy was cancelled; {args.domain} keeps its old "
                               "volume") from None
     if args.json:
-        print(as_json(att.to_api()))
+        say(as_json(att.to_api()))
     else:
-        print(f"Guest {att.server_name} now uses volume {att.volumeId} as {att.device} "
+        say(f"Guest {att.server_name} now uses volume {att.volumeId} as {att.device} "
               f"({att.attach_mode}{', shareable' if att.shareable else ''})")
     return 0
 
@@ -75,20 +75,46 @@ def _extend(args: argparse.Namespace) -> int:
         data = result.to_json()
         for guest in data["guests"]:
             if guest["fix"]:
-                guest["fix"] = guest["fix"].replace("CONNECTION_INFO", named)
-        print(as_json(data))
+                guest["fix"] = runnable(guest["fix"], args, named)
+        say(as_json(data))
     else:
         host = "" if result.host_size is None else f" (the host sees {human(result.host_size)})"
-        print(f"Volume {result.volume_id} extended to {human(result.size)}{host}")
+        say(f"Volume {result.volume_id} extended to {human(result.size)}{host}")
         rows = [dict(g.to_json(), shown=human(g.size), said=HOW.get(g.how, g.how))
                 for g in result.guests]
         _print_table(rows, EXTEND_COLUMNS)
         if any(g.how == "reopened" for g in result.guests):
-            print(RESCAN)
+            say(RESCAN)
     if not result.complete:
         error = result.incomplete_error()
-        raise type(error)(str(error).replace("CONNECTION_INFO", named))
+        raise type(error)(runnable(str(error), args, named))
     return 0
+
+
+HOST_OPTIONS = {"mount_base": None, "label_policy": "auto", "shared_image_label": None,
+                "native_iscsi": False, "native_glusterfs": False, "initiator_iqn": None,
+                "multipath": False, "enforce_multipath": False}
+
+
+def runnable(fix: str, args: argparse.Namespace, named: str) -> str:
+    """A printed fix as it runs here: with this command's libvirt URI, state directory and host
+    options (those away from their defaults), and the CONNECTION_INFO file it was given."""
+    import shlex
+
+    given = [("-c", args.connect)] if args.connect != "qemu:///system" else []
+    if args.state_dir != "/var/lib/virtdriver":
+        given.append(("--state-dir", args.state_dir))
+    options = ""
+    for name, default in HOST_OPTIONS.items():
+        value = getattr(args, name, default)
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            options += f" {flag}"
+        elif value != default:
+            options += f" {flag} {shlex.quote(str(value))}"
+    prefix = "".join(f" {flag} {shlex.quote(str(value))}" for flag, value in given)
+    return (fix.replace("virtdriver ", f"virtdriver{prefix} ")
+            .replace("CONNECTION_INFO", f"{named}{options}"))
 
 
 def add_volume_commands(sub: Any) -> None:

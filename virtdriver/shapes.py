@@ -10,8 +10,8 @@ all call it; protocol modules only ever see ``data``):
   side by side, no ``data`` level (Cinder's ``POST /v3/attachments`` returns this);
 - the whole attachment record, ``{"attachment": {..., "attach_mode", "connection_info"}}`` or its
   inner object: the attach mode is the record's ``attach_mode`` (Cinder's ``access_mode`` is
-  always ``rw``, the read-only intent lives only there), and an explicit attach mode that
-  contradicts it is refused.
+  always ``rw``, the read-only intent lives only there); an explicit ``ro`` narrows a record's
+  ``rw`` (read-only wins), an explicit ``rw`` against a record's ``ro`` is refused.
 
 The result is always the legacy form, with ``serial`` defaulting to the volume id when absent
 (Cinder sends none; nova sets it to the volume id; nova's adapters pass nova's own, even null). See docs/cinder.md for what each key Cinder sends means here.
@@ -32,7 +32,8 @@ def normalize(document: object, attach_mode: str | None = None) -> tuple[dict[st
 
     ``attach_mode`` is the caller's explicit mode (``None``: not given). From an attachment
     record the mode is the record's ``attach_mode``; an explicit one that differs is an
-    :class:`~virtdriver.errors.InvalidAttachMode`. Otherwise the explicit mode, else ``rw``.
+    :class:`~virtdriver.errors.InvalidAttachMode`, except an explicit ``ro``, which wins.
+    Otherwise the explicit mode, else ``rw``.
     The input is never changed; nested values are shared with it (callers copy).
     """
     if type(document) is not dict and not isinstance(document, Mapping):  # dict: no ABC check
@@ -81,6 +82,8 @@ def _mode(explicit: object, record: object, where: str) -> str:
                                 "(use 'ro' or 'rw')")
     if record is None:
         return explicit or "rw"  # type: ignore[return-value]
+    if explicit == "ro":
+        return "ro"  # read-only wins: narrowing the record's rw is always safe
     if explicit is not None and explicit != record:
         raise InvalidAttachMode(f"attach_mode: {show(explicit)} contradicts the attachment's own "
                                 f"{where.rsplit('.', 1)[0]}.attach_mode {show(record)}")

@@ -31,6 +31,7 @@ from virtdriver.hypervisor import brick
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.domains import DiskUse
 from virtdriver.hypervisor.resize import resize_disk
+from virtdriver.units import human
 from virtdriver.valuetypes import Frozen, asdict, value_type
 
 
@@ -107,6 +108,10 @@ def extend(host: Host, connection_info: Mapping[str, Any], new_size: int | None 
         elif grown is not None and grown < new_size:
             raise ExtendRefused(f"the host sees volume {request.vid} at {grown} bytes, less "
                                 f"than {new_size}: extend it on the storage side first")
+        elif grown is not None and grown > new_size:
+            raise ExtendRefused(f"the host sees volume {request.vid} at {human(grown)} ({grown} "
+                                f"bytes), more than the {human(new_size)} ({new_size} bytes) "
+                                "asked: give that size, or none")
         sized = [_show(dom, u, new_size, current.get(id(u))) for dom, u in users]
     return ExtendResult(request.vid, new_size, grown, sized)
 
@@ -177,10 +182,11 @@ def _show(dom: libvirt.virDomain, use: DiskUse, new_size: int,
 
 def _fix(use: DiskUse) -> str:
     """The one command that brings a guest left behind up to date."""
-    if use.disk.readonly:
+    if use.disk.readonly:  # (an explicit ro is taken from every shape: read-only wins)
+        shared = " --multiattach" if use.disk.shareable else ""
         return (f"detach and attach it again: virtdriver detach {use.domain_name} "
                 f"{use.volume} && virtdriver attach {use.domain_name} CONNECTION_INFO "
-                "--attach-mode ro --multiattach")
+                f"--attach-mode ro{shared}")
     return f"run again for it: virtdriver extend CONNECTION_INFO {use.domain_name}"
 
 
