@@ -299,6 +299,28 @@ def test_the_none_policy_leaves_ownership_alone(dac_guests, driver_factory, volu
     assert driver.host.connected() == []
 
 
+@needs_dac_child
+@pytest.mark.parametrize("swap_policy", ["auto", "none"])
+def test_a_swap_keeps_the_label_policy_live_and_defined(dac_guests, driver_factory, volumes,
+                                                         swap_policy) -> None:
+    """A disk attached with ``none`` keeps ``relabel='no'`` across a swap, in the running guest
+    and in its definition alike, whatever the swapping driver's own policy."""
+    a = dac_guests.start("swap-labels")
+    old_file = owned_file(volumes, "old.raw", owner=qemu_ids(), mode=0o660)
+    new_file = owned_file(volumes, "new.raw", owner=qemu_ids(), mode=0o660)
+    old = file_volume(str(old_file), multiattach=False)
+    new = file_volume(str(new_file), multiattach=False)
+    driver_factory(label_policy="none").attach_volume(old, a.name())
+    swapper = driver_factory(label_policy=swap_policy)
+    after = swapper.swap_volume(a.name(), old, new)
+    assert after.source == str(new_file)
+    for flags in (0, libvirt.VIR_DOMAIN_XML_INACTIVE):
+        xml = a.XMLDesc(flags)
+        assert str(new_file) in xml and str(old_file) not in xml, xml
+        assert "model='dac' relabel='no'" in xml, (flags, xml)
+    assert ownership(new_file) == (*qemu_ids(), 0o660)  # nothing relabelled
+
+
 # ---- 3. the read-only guarantee, for every backend here ------------------------------------------
 
 @needs_dac_child

@@ -33,6 +33,7 @@ from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.dataid import data_identity, host_size, identity_token
 from virtdriver.hypervisor.domains import source_token
 from virtdriver.hypervisor.metadata import set_note
+from virtdriver.policy.attach import label_policy_of
 from virtdriver.policy.identity import alias_for
 from virtdriver.policy.sharing import Use, refuse_attach, users_of
 from virtdriver.policy.swap import (
@@ -135,12 +136,16 @@ def _swap_definition(dom: libvirt.virDomain, old_disk: Disk, new_disk: Disk) -> 
 
 
 def _render_like(host: Host, request: VolumeRequest, old: Disk, alias: str) -> Disk:
-    """The new volume's disk at the old disk's place, with the old attach mode."""
+    """The new volume's disk at the old disk's place, with the old attach mode and labels."""
     target = old.target
     unit = int(old.address.unit) if (old.address is not None and old.address.unit
                                      and old.address.type == "drive") else None
+    kwargs = host.render_kwargs()
+    policy, label = label_policy_of(old)  # the labels it was attached with, not this call's
+    kwargs.update(label_policy=policy, shared_image_label=label)
+    if policy != "auto":
+        kwargs["security_models"] = host.security_models()
     return build_disk(request.info, attach_mode="ro" if old.readonly else "rw",
                       target_dev=target.dev if target and target.dev else "sda",
                       bus=(target.bus if target else None) or "scsi",
-                      device=old.device or "disk", scsi_unit=unit, alias=alias,
-                      **host.render_kwargs())
+                      device=old.device or "disk", scsi_unit=unit, alias=alias, **kwargs)

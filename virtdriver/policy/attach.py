@@ -278,6 +278,18 @@ def apply_policy(disk: Disk, *, attach_mode: str, multiattach: bool, host_attach
     return disk
 
 
+def label_policy_of(disk: Disk) -> tuple[str, str | None]:
+    """The label policy (and shared label) that gave ``disk`` its per-disk labels: a swap
+    renders the new volume's disk with it, so the guest keeps what it was attached with."""
+    labels = disk.source.seclabels if disk.source is not None else []
+    if any(label.relabel == "no" for label in labels):
+        return "none", None
+    explicit = [label.label for label in labels if label.model == "selinux" and label.label]
+    if explicit:
+        return "explicit", explicit[0]
+    return "auto", None
+
+
 def _labels(label_policy: str, shareable: bool, shared_label: str | None,
             models: Sequence[str] | None) -> list[SecLabel]:
     if label_policy == "none":
