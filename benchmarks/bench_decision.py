@@ -2,11 +2,9 @@
 
     .venv/bin/python benchmarks/bench_decision.py [--counts 1 2 4 8 16 32 64]
 
-The answer comes from libvirt's live state: the list of domains (kept while no domain came or
-went) and every domain's live and persistent XML as libvirt has it now (read again, from
-libvirt's saved files, only for the domains libvirt changed: :mod:`virtdriver.hypervisor.
-xmlcache`); only the domains whose XML can
-hold the volume or its data are parsed. Each guest has the shared volume attached (all of them
+The answer comes from libvirt's live state, through its API: the list of domains and every
+domain's live and persistent XML as libvirt has it now; only the domains whose XML can hold the
+volume or its data are parsed. Each guest has the shared volume attached (all of them
 match: the worst case for parsing) and a volume of its own. The time is the median of the
 decision as detach takes it (``Host.users(volume, data)``: the read, the parse, the arrivals by
 migration), measured once the guests are idle (``timing.start_idle``).

@@ -243,8 +243,6 @@ def _attach_guest(host: Host, request: VolumeRequest, target: Target, placement:
             if listed.persistent:
                 flags |= libvirt.VIR_DOMAIN_AFFECT_CONFIG
             aliases[listed.uuid] = alias
-            cache = host.connection.xml
-            saved = cache.saved(listed) if cache is not None and cache.watching else None
             try:
                 listed.dom.attachDeviceFlags(disk.to_xml(), flags)
             except libvirt.libvirtError as exc:
@@ -252,8 +250,6 @@ def _attach_guest(host: Host, request: VolumeRequest, target: Target, placement:
                                    f"{listed.name}", why_attach_refused(
                                        listed.dom, disk, libvirt_message(exc), request.info,
                                        host.options.label_policy)) from None
-            if saved is not None:
-                cache.confirm(listed, saved)  # type: ignore[union-attr]
             if listed.active and disk.readonly and disk.type in ("block", "file"):
                 host.after_readonly_hotplug(listed.dom, listed.name, listed.uuid)
         finally:

@@ -119,16 +119,9 @@ def not_attached_message(volume_id: str, state: DomainState) -> str:
 
 
 def _fresh(host: Host, state: DomainState) -> list[DomainXml]:
-    """The guest's XML read again, once its disks are gone (none if the guest went too).
-
-    Read through the connection's XML cache, which reads libvirt's saved copies first and keeps
-    the XML against them: the next operation on this guest (an attach after a detach) does not
-    ask libvirtd for it again unless libvirt saved something new of it since."""
+    """The guest's XML read again, once its disks are gone (none if the guest went too)."""
     listed = ListedDomain(state.dom, state.name, state.uuid, state.active, state.persistent)
-    cache = host.connection.xml
     try:
-        if cache is not None:
-            return cache.read([listed])  # a guest gone meanwhile is left out
         return [listed.read()]  # stopped meanwhile: both reads give its definition
     except libvirt.libvirtError as exc:
         if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:

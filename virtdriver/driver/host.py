@@ -118,13 +118,9 @@ class Host:
         ``arriving``) the guests expected here by live migration. ``read``: the domains, if the
         caller listed (or read) them already; ``skip``: a guest (UUID) left out."""
         try:
-            every = read is None and skip is None
             if read is None:
                 read = [d for d in self.connection.list_domains() if d.uuid != skip]
-            listed = [d for d in read if isinstance(d, ListedDomain)]
-            cache = self.connection.xml
-            domains = (cache.read(listed, every=every) if cache is not None
-                       else read_domains(listed))
+            domains = read_domains(d for d in read if isinstance(d, ListedDomain))
         except libvirt.libvirtError as exc:
             raise HypervisorError("cannot read the host's guests", libvirt_message(exc)) from None
         domains += [d for d in read if isinstance(d, DomainXml)]

@@ -11,7 +11,6 @@ from virtdriver.config.model import parse_xml
 from virtdriver.errors import HypervisorError, InstanceNotFound
 from virtdriver.hypervisor.domains import ListedDomain, list_domains
 from virtdriver.hypervisor.events import DomainEvents, ensure_event_loop
-from virtdriver.hypervisor.xmlcache import XmlCache
 
 _UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
                    r"[0-9a-fA-F]{12}")
@@ -43,7 +42,6 @@ class Connection:
         self._conn: libvirt.virConnect | None = None
         self._lock = threading.Lock()
         self._models: tuple[libvirt.virConnect, tuple[str, ...]] | None = None
-        self.xml = XmlCache.for_uri(uri)  # domains' XML kept while libvirt saved nothing new
 
     def get(self) -> libvirt.virConnect:
         """The open connection; reopened (events re-registered) if libvirtd restarted."""
@@ -63,21 +61,12 @@ class Connection:
                 raise HypervisorError(f"cannot connect to libvirt at {self.uri}",
                                       libvirt_message(exc)) from None
             self.events.register(conn)
-            if self.xml is not None:
-                self.xml.forget()  # a new connection: perhaps another daemon
             self._conn = conn
             return conn
 
     def list_domains(self) -> list[ListedDomain]:
-        """Every domain on the host with its flags (:func:`~virtdriver.hypervisor.domains.
-        list_domains`): in one call to libvirtd once the XML cache trusts libvirt's saved files,
-        which then say which running domains are defined; in none while they say no domain came
-        or went since the last list (:meth:`~virtdriver.hypervisor.xmlcache.XmlCache.listed`)."""
-        cache = self.xml
-        conn = self.get()
-        if cache is not None and cache.definitions_trusted:
-            return cache.listed(conn, lambda: list_domains(conn, cache.definition))
-        return list_domains(conn)
+        """Every domain on the host with its flags, asked of libvirt now."""
+        return list_domains(self.get())
 
     def security_models(self) -> tuple[str, ...]:
         """The security drivers this libvirt runs (``selinux``, ``apparmor``, ``dac``), from its

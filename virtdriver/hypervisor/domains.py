@@ -2,7 +2,7 @@
 
 Running domains are read live and, when persistent, also from their definition, so an
 attachment present in only one of the two still counts. The XML is read once and parsed only
-when asked; :mod:`~virtdriver.hypervisor.xmlcache` keeps it between operations. Which of these
+when asked, through libvirt's API each time (never from its files). Which of these
 disks use a volume or its data is decided in :mod:`~virtdriver.hypervisor.volume_users`.
 """
 
@@ -92,18 +92,12 @@ class ListedDomain(Frozen):
     def is_instance(self, instance: str) -> bool:
         return names_instance(self.name, self.uuid, instance)
 
-    def read(self, definition: str | None = None, live: str | None = None) -> DomainXml:
-        """Read the XML (live, and the definition of a running persistent domain).
-        ``definition`` and ``live``: that definition and the live XML as libvirt saved them,
-        when the caller read them (and trusts the files to be this libvirt's:
-        :mod:`~virtdriver.hypervisor.xmlcache`); what is not given is asked of libvirt."""
-        if not self.active:  # a domain that does not run has its definition only
-            live = definition
-        current = live if live is not None else self.dom.XMLDesc(0)
+    def read(self) -> DomainXml:
+        """Read the XML (live, and the definition of a running persistent domain)."""
+        current = self.dom.XMLDesc(0)  # a domain that does not run: its definition
         config = None
         if self.active and self.persistent:
-            config = (definition if definition is not None
-                      else self.dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+            config = self.dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
         return DomainXml(self, current, config)
 
 
@@ -164,8 +158,7 @@ class DomainXml(Frozen):
     @functools.cached_property
     def facts(self) -> XmlFacts:
         """What the look for a volume's users reads in the live XML and, for a running
-        persistent domain, the definition (kept with the XML, which the XML cache keeps while
-        libvirt changes nothing)."""
+        persistent domain, the definition."""
         return XmlFacts((self.current,) if self.config is None else (self.current, self.config))
 
 
@@ -250,27 +243,8 @@ def source_key(disk: Disk) -> tuple[str | int | None, ...] | None:
     return None
 
 
-def list_domains(conn: libvirt.virConnect,
-                 definition: Callable[[str], bool] | None = None
-                 ) -> list[ListedDomain]:
-    """Every domain on the host, running or defined, with both flags.
-
-    A domain is running, defined, or both, so two list calls give every domain and both flags.
-    With ``definition`` (whether libvirt keeps a definition of the named domain, answered
-    without asking libvirtd:
-    :meth:`~virtdriver.hypervisor.xmlcache.XmlCache.definition`), one call: a listed domain runs
-    when it has an id (which the list brings, ``-1`` when it does not run), a domain that does
-    not run is defined (libvirt keeps no other), and ``definition`` says whether a running one is.
-    """
-    if definition is not None:
-        found = []
-        for dom in conn.listAllDomains(0):
-            name = dom.name()
-            if dom.ID() == -1:
-                found.append(ListedDomain(dom, name, dom.UUIDString(), False, True))
-                continue
-            found.append(ListedDomain(dom, name, dom.UUIDString(), True, definition(name)))
-        return found
+def list_domains(conn: libvirt.virConnect) -> list[ListedDomain]:
+    """Every domain on the host, running or defined, with both flags (two list calls)."""
     domains = {d.UUIDString(): d for d in conn.listAllDomains(LIST_ACTIVE)}
     active = set(domains)
     defined = set()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,6 @@ from virtdriver.config.secret import LibvirtSecret, SecretUsage
 from virtdriver.errors import DamagedRecord, HostConnectFailed, StateError
 from virtdriver.hostfiles import read_bytes
 from virtdriver.hypervisor import brick, mounts
-from virtdriver.hypervisor.filewatch import LazyWatch
 from virtdriver.hypervisor.locks import file_token
 from virtdriver.policy.migration import Arrival
 from virtdriver.volume.base import HostSecret
@@ -53,59 +51,6 @@ class HostConnections:
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
         self.records = state_dir / "connections"
-        # Each record's arrival notes as last read, and the records' names as last listed,
-        # while a watch on the directory (see filewatch) has not named the record, or a record
-        # that came or went, since; the watch is made once the directory exists.
-        self._watch = LazyWatch([self.records])
-        self._arrivals: dict[str, list[Arrival]] = {}
-        self._names_kept: list[str] | None = None
-        self._names_set: frozenset[str] = frozenset()
-        self._arrivals_lock = threading.Lock()
-        self._looks = 0  # looks without a watch: the second makes one
-
-    def _follow(self) -> bool:
-        """Take in what the watch names (the caller holds ``_arrivals_lock``); False when there
-        is no watch (nothing is kept)."""
-        watch = self._watch
-        if watch.running:
-            changes = watch.changes()
-        else:  # a one-shot command (virtdriver list) looks once: no watch
-            self._looks += 1
-            if self._looks < 2 or not watch.start():
-                return False
-            changes = None
-        if changes is None:  # a new watch, or one that cannot tell: nothing kept holds
-            self._arrivals.clear()
-            self._names_kept = None
-            return True
-        kept, self._names_kept = self._names_kept, None
-        try:
-            came_or_went = []
-            for name, removed in changes.get(str(self.records), {}).items():
-                self._arrivals.pop(name, None)
-                if name.endswith(".json") and (removed or name not in self._names_set):
-                    came_or_went.append(name)
-            if kept is not None and came_or_went:
-                kept = self._relisted(kept, came_or_went)
-        except BaseException:  # (an interrupt) what was taken from the queue is lost
-            self._arrivals.clear()
-            raise
-        self._names_kept = kept
-        return True
-
-    def _relisted(self, names: list[str], changed: list[str]) -> list[str]:
-        """The kept names, each of ``changed`` (a record the watch saw come or go) in or out as
-        it is now: what a new listing would give, at a look per changed name (an attach adds a
-        record, a detach removes one; listing them all grows with the volumes)."""
-        present = set(names)
-        for name in changed:
-            if os.path.lexists(f"{self.records}/{name}"):
-                present.add(name)
-            else:
-                present.discard(name)
-        kept = sorted(present)
-        self._names_set = frozenset(kept)
-        return kept
 
     def path(self, volume_id: str) -> Path:
         return self.records / f"{file_token(volume_id)}.json"
@@ -269,35 +214,14 @@ class HostConnections:
 
     def arrivals_listed(self) -> tuple[list[Arrival], frozenset[str] | None]:
         """Every guest expected here by live migration, over all readable records, and the
-        records' file names as listed to find them (``None`` when the directory could not be
-        listed for another reason than its absence).
-
-        Every attach and detach asks, and a host has a record per connected volume; a record
-        whose text has the key ``"arriving"`` once, with an empty list, has none and is not
-        parsed (inside a JSON string the key's quotes would be escaped, so that text cannot
-        come from a string; a nested key of that name, with the top-level one missing, has no
-        arrivals either)."""
+        records' file names as listed (``None`` when the directory cannot be listed)."""
         found: list[Arrival] = []
-        with self._arrivals_lock:
-            watched = self._follow()  # before the list and the reads: a change shows next
-            names = self._names_kept if watched else None
-            if names is None:
-                names = self._listed()
-                if watched and names is not None:
-                    self._names_kept, self._names_set = names, frozenset(names)
-            arrivals = self._arrivals
-            for name in names or ():
-                notes = arrivals.get(name) if watched else None
-                if notes is None:
-                    notes = self._read_arrivals(name)
-                    if notes is None:
-                        continue
-                    if watched:
-                        arrivals[name] = notes
+        names = self._listed()
+        for name in names or ():
+            notes = self._read_arrivals(name)
+            if notes is not None:
                 found += notes
-            listed = (None if names is None else self._names_set if watched
-                      else frozenset(names))
-        return found, listed
+        return found, None if names is None else frozenset(names)
 
     def _read_arrivals(self, name: str) -> list[Arrival] | None:
         """One record's arrival notes (``None`` when it cannot be read or parsed: audit reports
@@ -306,8 +230,6 @@ class HostConnections:
             raw = read_bytes(f"{self.records}/{name}")
         except OSError:
             return None
-        if raw.count(b'"arriving"') == 1 and b'"arriving": []' in raw:
-            return []
         try:
             record = self._parse(self.records / name, raw.decode("utf-8"))[1]
         except (StateError, UnicodeDecodeError):
