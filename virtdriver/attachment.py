@@ -8,11 +8,11 @@ from virtdriver.config import Disk
 from virtdriver.hypervisor.domains import DiskUse
 
 from virtdriver.policy.identity import ALIAS_PREFIX  # noqa: F401 - re-exported
-from virtdriver.valuetypes import Frozen, asdict, value_type
+from dataclasses import asdict, dataclass
 
 
-@value_type
-class Attachment(Frozen):
+@dataclass(frozen=True)
+class Attachment:
     """One volume attached to one guest, in the compute API's os-volume_attachments shape."""
 
     device: str

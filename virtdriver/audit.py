@@ -50,14 +50,14 @@ from virtdriver.policy.migration import still_arriving
 from virtdriver.policy.reservations import fence_message, reservation_route, shared_identities
 from virtdriver.policy.sharing import Danger, Use, dangers
 from virtdriver.tables import table_lines
-from virtdriver.valuetypes import Frozen, Value, asdict, replace, value_type
+from dataclasses import asdict, dataclass, replace
 
 DANGER_KINDS: Final = ("unshared", "cache", "format", "labels", "identity", "leak", "record",
                        "startup", "profile", "cinder", "fence")
 
 
-@value_type
-class AuditAttachment(Frozen):
+@dataclass(frozen=True)
+class AuditAttachment:
     """One guest's view of a volume; ``state`` says whether it is live, in the definition, or
     both (the two are listed separately when they differ)."""
 
@@ -75,8 +75,8 @@ class AuditAttachment(Frozen):
     reservations: str = ""  # device='lun': how its SCSI reservations reach the target, as whom
 
 
-@value_type
-class VolumeAudit(Value):
+@dataclass
+class VolumeAudit:
     volume: str  # the volume id, or "-" for data shared without our alias
     source: str
     attachments: list[AuditAttachment]
@@ -88,8 +88,8 @@ class VolumeAudit(Value):
         return sorted({a.guest for a in self.attachments})
 
 
-@value_type
-class AuditReport(Value):
+@dataclass
+class AuditReport:
     uri: str
     state_dir: str
     volumes: list[VolumeAudit]

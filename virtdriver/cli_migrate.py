@@ -45,7 +45,7 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _dest_options(source: Any, args: argparse.Namespace) -> Any:
-    from virtdriver.valuetypes import replace
+    from dataclasses import replace
 
     return replace(source.options, state_dir=args.dest_state_dir,
                    mount_base=args.dest_mount_base)

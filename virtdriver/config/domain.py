@@ -6,11 +6,11 @@ from __future__ import annotations
 from virtdriver.config.lazy_lxml import etree  # imported when first used
 from virtdriver.config.disk import Address, Alias, Disk, Target
 from virtdriver.config.model import parse_xml
-from virtdriver.valuetypes import Value, field, value_type
+from dataclasses import dataclass, field
 
 
-@value_type
-class DomainDisks(Value):
+@dataclass
+class DomainDisks:
     """What the volume driver needs to know of a domain: its name, UUID and disks.
 
     Disks are read leniently: parts the model does not declare are kept in ``Disk.unknown`` and

@@ -1,7 +1,6 @@
 """A declarative XML model: every attribute or child is declared once, on a field.
 
-An element is a value type (:mod:`virtdriver.valuetypes`: a dataclass made without the
-``dataclasses`` module) decorated with :func:`element`. Its fields, in element order, are
+An element is a dataclass decorated with :func:`element`. Its fields, in element order, are
 declared with the helpers below; one generic writer (:meth:`Element.to_xml`, :mod:`.writer`) and
 one generic reader (:meth:`Element.from_xml`, :mod:`.reader`) walk those declarations, so
 formatting and parsing cannot drift apart; a field's value is converted by its :mod:`.values`
@@ -22,15 +21,16 @@ so nothing is silently dropped); ``strict=False`` keeps undeclared attributes an
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, dataclass_transform
 
 from virtdriver.config.lazy_lxml import etree  # imported when first used
 from virtdriver.config.document import declared_encoding, read_document
 from virtdriver.config.reader import ATTR, CHILD, CHILDREN, FLAG, TEXT_CHILD, Unknown
 from virtdriver.config.reader import parse_xml, read
 from virtdriver.config.values import INT, STR, Converter
+from virtdriver.config.writer import write
 from virtdriver.errors import InvalidXMLValue, UndeclaredXML
-from virtdriver.valuetypes import Frozen, Value, field, fields, replace, value_type
+from dataclasses import dataclass, field, fields, replace
 
 __all__ = ["ATTR", "CHILD", "CHILDREN", "FLAG", "TEXT_CHILD", "Converter", "Element", "INT", "STR",
            "Unknown", "attr", "child", "children", "declared_fields", "element", "flag",
@@ -71,8 +71,8 @@ def children(cls: type[Element], tag: str | None = None) -> Any:
     return _declare(CHILDREN, tag, cls=cls, default_factory=list)
 
 
-@value_type
-class _Spec(Frozen):
+@dataclass(frozen=True)
+class _Spec:
     kind: str
     field: str
     xml: str
@@ -80,16 +80,14 @@ class _Spec(Frozen):
     cls: Any
 
 
-class Element(Value):
-    """Base of every modelled element. Subclasses are made with :func:`element`; equality and
-    repr are a dataclass's (:mod:`virtdriver.valuetypes`)."""
+class Element:
+    """Base of every modelled element; subclasses are dataclasses made with :func:`element`."""
 
     TAG: ClassVar[str]
     _attrs: ClassVar[tuple[_Spec, ...]]
     _body: ClassVar[tuple[_Spec, ...]]
     _by_attr: ClassVar[dict[str, _Spec]]
     _by_tag: ClassVar[dict[str, _Spec]]
-    _writer: ClassVar[Callable[[Any, str, str, str], str]]
     unknown: Unknown | None
 
     # ---- writing -----------------------------------------------------------------------------
@@ -97,7 +95,7 @@ class Element(Value):
     def to_xml(self) -> str:
         """This element as libvirt-style indented XML text (no trailing newline), with the
         document around it when it was read leniently from one (declaration, comments)."""
-        body = self._writer(self, self.TAG, "", "")
+        body = write(self, self.TAG, "", "")
         u = self.unknown
         if u is not None and (u.prolog or u.epilog):
             return u.prolog + body + u.epilog
@@ -144,24 +142,14 @@ class Element(Value):
         return read(cls, node, strict, cls.TAG)  # type: ignore[no-any-return]
 
 
-def _write_first(obj: Any, tag: str, indent: str, lead: str) -> str:
-    """Every class's writer until its first use: :func:`virtdriver.config.writer._write_first`
-    compiles the real one and puts it in its place (the writer's module is imported then: what
-    only reads XML never needs it)."""
-    from virtdriver.config.writer import _write_first as compile_and_write
-
-    return compile_and_write(obj, tag, indent, lead)
-
-
+@dataclass_transform()  # (the helpers above return defaults, as a plain dataclass sees them)
 def element(tag: str) -> Callable[[type[E]], type[E]]:
     """Make ``cls`` a value type element with XML tag ``tag`` and compile its declarations."""
 
     def build(cls: type[E]) -> type[E]:
         cls.__annotations__["unknown"] = "Unknown | None"
         cls.unknown = field(default=None, repr=False)  # type: ignore[assignment]
-        # (no slots: a slotted dataclass is made twice, a quarter of the time every command's
-        # start spends building the model's classes; attribute reads cost the same)
-        cls = value_type(cls)
+        cls = dataclass(cls)
         cls.TAG = tag
         every = fields(cls)  # type: ignore[arg-type]
         specs: list[_Spec] = []
@@ -177,7 +165,6 @@ def element(tag: str) -> Callable[[type[E]], type[E]]:
         cls._body = tuple(s for s in specs if s.kind != ATTR)
         cls._by_attr = {s.xml: s for s in cls._attrs}
         cls._by_tag = {s.xml: s for s in cls._body}
-        cls._writer = staticmethod(_write_first)  # type: ignore[assignment]
         return cls
 
     return build

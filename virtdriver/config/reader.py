@@ -21,14 +21,14 @@ from typing import Any
 
 from virtdriver.config.lazy_lxml import etree  # imported when first used
 from virtdriver.errors import InvalidXMLValue, MalformedXML, UndeclaredXML
-from virtdriver.valuetypes import Frozen, value_type
+from dataclasses import dataclass
 
 ATTR, FLAG, TEXT_CHILD, CHILD, CHILDREN = "attr", "flag", "text", "child", "children"
 XML_NS = "http://www.w3.org/XML/1998/namespace"
 
 
-@value_type
-class Unknown(Frozen):
+@dataclass(frozen=True)
+class Unknown:
     """Undeclared parts kept by a lenient read.
 
     ``attrs``: attributes in document order, by qualified name (``prefix:name``), each prefix

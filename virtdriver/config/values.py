@@ -8,11 +8,11 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from virtdriver.valuetypes import Frozen, value_type
+from dataclasses import dataclass
 
 
-@value_type
-class Converter(Frozen):
+@dataclass(frozen=True)
+class Converter:
     """How a field's Python value becomes XML text and back."""
 
     name: str

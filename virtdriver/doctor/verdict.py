@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal
 
-from virtdriver.valuetypes import Frozen, Value, asdict, value_type
+from dataclasses import asdict, dataclass
 
 Status = Literal["ok", "warn", "fail"]
 STATUSES: Final = ("ok", "warn", "fail")
 
 
-@value_type
-class Check(Frozen):
+@dataclass(frozen=True)
+class Check:
     """One answered question: ``area`` and ``name`` say what, ``detail`` says why in one line."""
 
     area: str
@@ -24,8 +24,8 @@ class Check(Frozen):
     detail: str
 
 
-@value_type
-class DoctorReport(Value):
+@dataclass
+class DoctorReport:
     uri: str
     checks: list[Check]
     facts: dict[str, Any]

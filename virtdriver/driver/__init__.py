@@ -26,7 +26,7 @@ from virtdriver.hypervisor.domains import DiskUse
 from virtdriver.policy import check_attach_mode
 from virtdriver.policy.identity import check_instance, check_requested_volume_id
 from virtdriver.shapes import normalize
-from virtdriver.valuetypes import fields
+from dataclasses import fields
 
 if TYPE_CHECKING:
     from virtdriver.driver.extend import ExtendResult

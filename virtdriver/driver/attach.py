@@ -44,13 +44,13 @@ from virtdriver.policy.identity import alias_for
 from virtdriver.policy.sharing import refuse_attach, refuse_fan_out, users_of
 from virtdriver.render import build_disk
 from virtdriver.secrets import redact, secret_values
-from virtdriver.valuetypes import Frozen, value_type
+from dataclasses import dataclass
 
 Progress = Callable[[str, "Attachment | Exception"], None]
 
 
-@value_type
-class Placement(Frozen):
+@dataclass(frozen=True)
+class Placement:
     """Where one guest's disk goes: the device, bus and options the caller asked for."""
 
     mode: str
@@ -65,8 +65,8 @@ class Placement(Frozen):
                            optional=name != "device")
 
 
-@value_type
-class Target(Frozen):
+@dataclass(frozen=True)
+class Target:
     """A guest an attach goes to: its XML as read, and its lock file opened before (with its
     attach generation read then)."""
 

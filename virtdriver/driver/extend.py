@@ -32,11 +32,11 @@ from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.domains import DiskUse
 from virtdriver.hypervisor.resize import resize_disk
 from virtdriver.units import human
-from virtdriver.valuetypes import Frozen, asdict, value_type
+from dataclasses import asdict, dataclass
 
 
-@value_type
-class GuestSize(Frozen):
+@dataclass(frozen=True)
+class GuestSize:
     """One attachment after an extend."""
 
     guest: str
@@ -54,8 +54,8 @@ class GuestSize(Frozen):
         return asdict(self)
 
 
-@value_type
-class ExtendResult(Frozen):
+@dataclass(frozen=True)
+class ExtendResult:
     """What an extend did on this host."""
 
     volume_id: str

@@ -12,7 +12,7 @@ from virtdriver.errors import InvalidRenderOption, show
 from virtdriver.hostfiles import setting
 from virtdriver.hypervisor.locks import DEFAULT_TIMEOUT, NOTICE_AFTER
 from virtdriver.policy import check_option_text
-from virtdriver.valuetypes import Frozen, value_type
+from dataclasses import dataclass
 
 if TYPE_CHECKING:
     from virtdriver.volume.base import RenderOptions
@@ -31,8 +31,8 @@ def check_timeout(value: object, where: str) -> float:
     return float(value)
 
 
-@value_type
-class HostOptions(Frozen):
+@dataclass(frozen=True)
+class HostOptions:
     """How this host attaches volumes: where state lives, shares mount, labels, initiators."""
 
     state_dir: Path = DEFAULT_STATE_DIR

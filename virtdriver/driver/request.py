@@ -12,12 +12,12 @@ from virtdriver.hypervisor.dataid import DataIdentity, data_identity, identity_t
 from virtdriver.policy.attach import effective_attach_mode
 from virtdriver.render import build_disk, check_nesting, volume_id
 from virtdriver.shapes import normalize
-from virtdriver.valuetypes import Frozen, value_type
+from dataclasses import dataclass
 from virtdriver.volume import RenderOptions, VolumeDriver, get_driver
 
 
-@value_type
-class VolumeRequest(Frozen):
+@dataclass(frozen=True)
+class VolumeRequest:
     """One volume as a caller asked for it."""
 
     info: dict[str, Any]

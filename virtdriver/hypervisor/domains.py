@@ -19,14 +19,14 @@ from virtdriver.hypervisor.metadata import NS, parse_notes
 from virtdriver.hypervisor.volume_users import HostView, Wanted, XmlFacts
 from virtdriver.policy.identity import names_guest, volume_of_alias
 from virtdriver.policy.sharing import Use
-from virtdriver.valuetypes import Frozen, field, replace, value_type
+from dataclasses import dataclass, field, replace
 
 LIST_ACTIVE = libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE
 LIST_PERSISTENT = libvirt.VIR_CONNECT_LIST_DOMAINS_PERSISTENT
 
 
-@value_type
-class DiskUse(Frozen):
+@dataclass(frozen=True)
+class DiskUse:
     """One disk of one domain, as libvirt reports it: the one view every step and report uses."""
 
     domain_name: str
@@ -79,8 +79,8 @@ def labels_of(disk: Disk) -> tuple[str, ...]:
 names_instance = names_guest
 
 
-@value_type
-class ListedDomain(Frozen):
+@dataclass(frozen=True)
+class ListedDomain:
     """A domain as listed by libvirt: handle, name and flags, its XML not read yet."""
 
     dom: libvirt.virDomain
@@ -101,8 +101,8 @@ class ListedDomain(Frozen):
         return DomainXml(self, current, config)
 
 
-@value_type
-class DomainXml(Frozen):
+@dataclass(frozen=True)
+class DomainXml:
     """A domain's XML as read, parsed only when asked."""
 
     listed: ListedDomain
@@ -162,8 +162,8 @@ class DomainXml(Frozen):
         return XmlFacts((self.current,) if self.config is None else (self.current, self.config))
 
 
-@value_type
-class DomainState(Frozen):
+@dataclass(frozen=True)
+class DomainState:
     """A domain's disks (live and persistent) and controllers, read once."""
 
     dom: libvirt.virDomain

@@ -11,7 +11,7 @@ import threading
 
 import libvirt
 
-from virtdriver.valuetypes import Value, field, value_type
+from dataclasses import dataclass, field
 
 _loop_lock = threading.Lock()
 _loop_started = False
@@ -38,8 +38,8 @@ def _run() -> None:
         libvirt.virEventRunDefaultImpl()
 
 
-@value_type
-class _Waiter(Value):
+@dataclass
+class _Waiter:
     done: threading.Event = field(default_factory=threading.Event)
     outcome: int = 0
 

@@ -26,11 +26,11 @@ from virtdriver.hypervisor.locks import file_token
 from virtdriver.policy.migration import Arrival
 from virtdriver.volume.base import HostSecret
 from virtdriver.secrets import without_secrets
-from virtdriver.valuetypes import Value, field, fields, value_type
+from dataclasses import dataclass, field, fields
 
 
-@value_type
-class HostRecord(Value):
+@dataclass
+class HostRecord:
     """What was set up on this host for one volume."""
 
     protocol: str | None = None

@@ -20,15 +20,15 @@ from pathlib import Path
 
 from virtdriver import logs
 from virtdriver.errors import HostConnectFailed
-from virtdriver.valuetypes import Frozen, value_type
+from dataclasses import dataclass
 
 LOG = logs.logger(__name__)
 MOUNTINFO = Path("/proc/self/mountinfo")
 _OCTAL = re.compile(r"\\([0-7]{3})")
 
 
-@value_type
-class MountEntry(Frozen):
+@dataclass(frozen=True)
+class MountEntry:
     """One line of ``/proc/PID/mountinfo``: where, and its propagation tags (``shared:N``...)."""
 
     mount_point: str

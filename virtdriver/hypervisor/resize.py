@@ -37,13 +37,13 @@ import libvirt_qemu
 from virtdriver.config import Disk
 from virtdriver.errors import HypervisorError
 from virtdriver.hypervisor.connection import libvirt_message
-from virtdriver.valuetypes import Frozen, value_type
+from dataclasses import dataclass
 
 REOPENABLE = ("host_device", "file")  # protocol nodes whose size is read when they are opened
 
 
-@value_type
-class Resized(Frozen):
+@dataclass(frozen=True)
+class Resized:
     """What one guest's QEMU shows after a resize."""
 
     size: int  # bytes, as QEMU reports the disk now

@@ -18,13 +18,13 @@ from lxml import etree
 from virtdriver.config.reader import parse_xml
 from virtdriver.errors import HypervisorError
 from virtdriver.hypervisor.connection import libvirt_message
-from virtdriver.valuetypes import Frozen, value_type
+from dataclasses import dataclass
 
 _XPATH = "./devices/disk/source/seclabel[@model] | ./devices/disk/source/*/seclabel[@model]"
 
 
-@value_type
-class ForeignLabel(Frozen):
+@dataclass(frozen=True)
+class ForeignLabel:
     """One disk of one guest's definition with a label for a model libvirt does not run."""
 
     guest: str

@@ -18,7 +18,7 @@ from virtdriver.hypervisor.dataid import DataIdentity, path_identity
 from virtdriver.hypervisor.metadata import NS
 from virtdriver.policy.identity import encode_volume_id, encoded_ids_in
 from virtdriver.policy.sharing import Use, users_of
-from virtdriver.valuetypes import Frozen, field, value_type
+from dataclasses import dataclass, field
 
 if TYPE_CHECKING:  # domains.py builds on this module: only its types are needed here
     from virtdriver.hypervisor.domains import DomainState, DomainXml
@@ -134,8 +134,8 @@ class Wanted:
         return users_of(self.volume, self.data, uses)
 
 
-@value_type
-class HostView(Frozen):
+@dataclass(frozen=True)
+class HostView:
     """Every domain of the host as read once (its XML, live and defined), each parsed only when
     it is asked about and could matter."""
 

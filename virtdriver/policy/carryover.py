@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from virtdriver.config import Disk
 from virtdriver.errors import MigrationRefused
-from virtdriver.valuetypes import fields, replace
+from dataclasses import fields, replace
 
 CARRIED: Final = ("target", "address", "alias", "boot", "encryption",
                   "driver (cache, io, error policies, iothread, queues, detect_zeroes, "

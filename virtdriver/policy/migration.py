@@ -26,14 +26,14 @@ from typing import Any
 from virtdriver.errors import MigrationRefused, show
 from virtdriver.policy.identity import names_guest
 from virtdriver.policy.sharing import DIRECT_CACHE_MODES, Use
-from virtdriver.valuetypes import Frozen, value_type
+from dataclasses import dataclass
 
 
 ARRIVING = " (arriving by live migration)"  # how an arriving guest is named among users
 
 
-@value_type
-class Arrival(Frozen):
+@dataclass(frozen=True)
+class Arrival:
     """A guest expected on this host by live migration, and its disk of one volume."""
 
     guest: str  # the instance as the caller named it (name or UUID)

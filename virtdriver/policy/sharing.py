@@ -21,13 +21,13 @@ from virtdriver.errors import (
     MultiattachNotSupported,
     VolumeInUse,
 )
-from virtdriver.valuetypes import Frozen, value_type
+from dataclasses import dataclass
 
 DIRECT_CACHE_MODES: Final = ("none", "directsync")
 
 
-@value_type
-class Use(Frozen):
+@dataclass(frozen=True)
+class Use:
     """One disk of one guest, as the sharing rules see it."""
 
     guest: str
@@ -43,8 +43,8 @@ class Use(Frozen):
     live: bool = True
 
 
-@value_type
-class Danger(Frozen):
+@dataclass(frozen=True)
+class Danger:
     """Something unsafe about the attachments of one volume (``audit`` reports these)."""
 
     kind: str  # audit.DANGER_KINDS

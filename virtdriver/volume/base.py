@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 from virtdriver.config import Source
 from virtdriver.answers import ValidAnswers
 from virtdriver.errors import InvalidConnectionInfo, show
-from virtdriver.valuetypes import Frozen, Value, field, value_type
+from dataclasses import dataclass, field
 # host_name is part of this contract too (protocol modules and plugins import it from here); the
 # one rule for host names and addresses lives in hostname.py.
 from virtdriver.volume.hostname import host_name, split_host_port  # noqa: F401
@@ -35,8 +35,8 @@ from virtdriver.volume.hostname import host_name, split_host_port  # noqa: F401
 DATA = "connection_info.data"
 
 
-@value_type(slots=True)
-class RenderOptions(Value):
+@dataclass(slots=True)
+class RenderOptions:
     """Host-side choices that influence a volume's source (not its sharing policy)."""
 
     mount_base: str | None = None
@@ -45,8 +45,8 @@ class RenderOptions(Value):
     initiator_iqn: str | None = None
 
 
-@value_type(slots=True)
-class NovaBinding(Frozen):
+@dataclass(frozen=True, slots=True)
+class NovaBinding:
     """What nova needs to know of a protocol, for :mod:`virtdriver.nova` to derive its adapter.
 
     ``driver_class`` is the dotted path of the nova 34 volume-driver class the adapter subclasses
@@ -62,8 +62,8 @@ class NovaBinding(Frozen):
     default_aio_drops_native: bool = False
 
 
-@value_type(slots=True)
-class VolumeSource(Value):
+@dataclass(slots=True)
+class VolumeSource:
     """What a volume driver returns: disk type, source, and QEMU's opening defaults."""
 
     disk_type: str  # "block", "file" or "network"
@@ -149,8 +149,8 @@ class VolumeDriver:
         return self.extend_refused
 
 
-@value_type
-class HostSecret(Frozen):
+@dataclass(frozen=True)
+class HostSecret:
     """A libvirt secret a volume needs: usage type (``iscsi``, ``ceph``), usage name, value."""
 
     usage_type: str
