@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import LibvirtCalls, attach_host, file_volume, round_trips, timed  # noqa: E402
 
-from virtdriver import LibvirtVolumeDriver, build_disk  # noqa: E402
 from testhosts.guests import DeviceEvents, detach_and_wait  # noqa: E402
+from virtdriver import LibvirtVolumeDriver, build_disk  # noqa: E402
 
 FLAGS = libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_AFFECT_CONFIG
 

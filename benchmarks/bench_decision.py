@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import start_idle  # noqa: E402
 
+from testhosts.guests import Guests, open_connection, sparse_file
 from virtdriver import LibvirtVolumeDriver
 from virtdriver.hypervisor.dataid import path_identity
-from testhosts.guests import Guests, open_connection, sparse_file
 
 
 def main() -> None:

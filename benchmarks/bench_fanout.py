@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import start_idle  # noqa: E402
 
-from virtdriver import LibvirtVolumeDriver, build_disk
 from testhosts.guests import Guests, open_connection, sparse_file
+from virtdriver import LibvirtVolumeDriver, build_disk
 from virtdriver.hypervisor import brick
 
 FLAGS = libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_AFFECT_CONFIG

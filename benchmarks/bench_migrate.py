@@ -28,9 +28,9 @@ import libvirt
 
 # testhosts/ is not installed: it comes from the checkout this script is in
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from virtdriver import LibvirtVolumeDriver
 from testhosts.guests import Guests, LoopDevice, open_connection
 from testhosts.guests.private_libvirtd import PrivateLibvirtd
+from virtdriver import LibvirtVolumeDriver
 
 FLAGS = (libvirt.VIR_MIGRATE_LIVE | libvirt.VIR_MIGRATE_PERSIST_DEST
          | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE)

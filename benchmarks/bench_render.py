@@ -26,7 +26,6 @@ from timing import best_rate  # noqa: E402
 
 from virtdriver import build_disk  # noqa: E402
 
-
 NOVA_PYTHONS = ("/var/tmp/nova-venv/bin/python", "/var/tmp/virtdriver-nova-34.0.0/bin/python")
 
 

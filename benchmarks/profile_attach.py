@@ -25,8 +25,14 @@ from typing import Any
 # testhosts/ is not installed: it comes from the checkout this script is in
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import LOCAL_CALLS, LibvirtCalls, attach_host, file_volume, round_trips  # noqa: E402
-from timing import timed  # noqa: E402
+from timing import (  # noqa: E402
+    LOCAL_CALLS,
+    LibvirtCalls,
+    attach_host,
+    file_volume,
+    round_trips,
+    timed,  # noqa: E402
+)
 
 
 def main() -> None:

@@ -6,4 +6,4 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
 ./scripts/setup-host.sh
-exec .venv/bin/python -m virtdriver.demo "$@"
+exec .venv/bin/python -m testhosts.demo "$@"

@@ -22,7 +22,7 @@ from tests.support.fixtures import (  # noqa: F401 - fixtures, found by name
     system_conn,
     volume_driver,
 )
-from virtdriver.schema import disk_schema, validate_disk
+from virtdriver.config.schema import disk_schema, validate_disk
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

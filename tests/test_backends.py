@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from testhosts.guests import block_info, read_pattern
 from tests.support.backends import need
 from virtdriver import LibvirtVolumeDriver
 from virtdriver.errors import HostConnectFailed
-from testhosts.guests import block_info, read_pattern
 
 from .support.sharedio import writer_shares_with_reader
 

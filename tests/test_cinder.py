@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
+from testhosts.guests import block_info, read_pattern, write_pattern
 from tests.support.backends import need
 from virtdriver import LibvirtVolumeDriver
-from virtdriver.cinder import Cinder
+from virtdriver.cinder.client import Cinder
 from virtdriver.errors import CinderError, PolicyRefusal
-from testhosts.guests import block_info, read_pattern, write_pattern
 from virtdriver.render import build_disk
 
 from .support.sharedio import writer_shares_with_reader
@@ -175,7 +175,7 @@ def cli(*argv: str) -> int:
 def test_cinder_flow_without_a_compute_service(cinder, cinder_secret, multiattach_type, guests,
                                                tmp_path, capsys) -> None:
     """virtdriver attach --cinder / detach: Cinder's attachments follow the guests."""
-    from virtdriver import cinder_flow
+    from virtdriver.cinder import flow as cinder_flow
 
     vid = new_volume(cinder, multiattach_type)["id"]
     state = ["--state-dir", str(tmp_path / "state")]

@@ -256,26 +256,3 @@ def test_a_table_to_a_reader_that_went_away_is_one_line(args: list[str], system_
         os.close(write_end)
     assert done.returncode == 2
     assert done.stderr.decode() == "virtdriver: error: standard output is closed\n"
-
-
-def test_a_parser_built_for_one_command_is_that_command_of_the_whole_parser() -> None:
-    """The command line builds only the parser of the command it is given (its start time);
-    that parser is the whole parser's, and anything else still reaches the whole parser."""
-    import argparse
-
-    from virtdriver.cli import build_parser, parse_args
-
-    def commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-        return next(a for a in parser._actions
-                    if isinstance(a, argparse._SubParsersAction)).choices
-
-    whole = commands(build_parser())
-    assert len(whole) > 10
-    for name, parser in whole.items():
-        only = commands(build_parser(only=name))
-        assert list(only) == [name]
-        assert only[name].format_help() == parser.format_help()
-    assert parse_args(["render", "x.json", "--bus", "scsi"]).bus == "scsi"
-    # an abbreviated global option whose value looks like a command
-    args = parse_args(["--state", "list", "render", "x.json"])
-    assert (args.command, args.state_dir) == ("render", "list")

@@ -1,4 +1,4 @@
-"""What a command imports at its start, and logging set up when virtdriver first logs.
+"""What a command imports at its start (never the heavy optional parts), and its logging.
 
 Each case runs the real CLI in a fresh interpreter: what a module imported at its top is seen
 only there.
@@ -34,23 +34,20 @@ def run_cli(*argv: str) -> tuple[dict, str]:
     return json.loads(done.stdout.splitlines()[-1]), done.stderr
 
 
-def test_render_imports_neither_logging_nor_libvirt_nor_os_brick():
+def test_render_imports_neither_libvirt_nor_os_brick():
     result, stderr = run_cli("render", str(FIXTURES / "iscsi-multiattach.json"))
     assert result["code"] == 0 and stderr == ""
-    assert result["imported"] == []
-    assert result["handlers"] == []  # nothing logged: logging never set up
+    assert result["imported"] == ["logging"]
 
 
-def test_a_warning_while_rendering_sets_logging_up_first(tmp_path):
+def test_a_warning_while_rendering_is_not_shown(tmp_path):
     info = json.loads((FIXTURES / "nfs.json").read_text())
     info["data"]["qos_specs"] = {"consumer": "front-end", "total_bytes_sec": 1000}
     path = tmp_path / "qos.json"
     path.write_text(json.dumps(info))
     result, stderr = run_cli("render", "--mount-base", str(tmp_path), str(path))
     assert result["code"] == 0
-    assert "logging" in result["imported"]
-    # the command's set-up ran before the warning: one-line records, errors only, so the
-    # unknown key's warning is not printed (as when logging was set up at the start)
+    # one-line records, errors only: the unknown key's warning is not printed
     assert result["handlers"] == ["OneLine"] and result["level"] == 40
     assert stderr == ""
 
@@ -61,53 +58,3 @@ def test_other_commands_set_logging_up_at_their_start(tmp_path):
                         "0bd4a2b8-0c55-4c8e-a4a4-7c6f0e6a1d10")
     assert result["code"] == 0 and "logging" in result["imported"]
     assert result["handlers"] == ["OneLine"]
-
-
-def test_the_set_up_runs_once_before_the_first_record():
-    script = """
-import sys
-from virtdriver import logs
-calls = []
-first, second = logs.logger("virtdriver.a"), logs.logger("virtdriver.b")
-logs.when_first_used(lambda: calls.append(("set up", "logging" in sys.modules)))
-assert "logging" not in sys.modules and calls == []
-import logging
-class Seen(logging.Handler):
-    def emit(self, record):
-        calls.append(("record", record.name))
-logging.getLogger().addHandler(Seen())
-first.warning("one")
-second.warning("two")
-logs.when_first_used(lambda: calls.append(("late set up",)))
-print(calls)
-"""
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          check=True)
-    assert done.stdout.strip() == ("[('set up', True), ('record', 'virtdriver.a'), "
-                                   "('record', 'virtdriver.b'), ('late set up',)]")
-
-
-def test_threads_that_log_first_together_wait_for_one_set_up():
-    script = """
-import threading, time
-from virtdriver import logs
-calls = []
-def setup():
-    calls.append("set up begins")
-    time.sleep(0.05)  # another thread logs meanwhile
-    calls.append("set up ends")
-logs.when_first_used(setup)
-import logging
-class Seen(logging.Handler):
-    def emit(self, record):
-        calls.append(record.getMessage())
-logging.getLogger().addHandler(Seen())
-threads = [threading.Thread(target=logs.logger(f"virtdriver.t{n}").warning, args=(f"t{n}",))
-           for n in range(4)]
-for t in threads: t.start()
-for t in threads: t.join()
-print(calls[:2], sorted(calls[2:]))
-"""
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          check=True)
-    assert done.stdout.strip() == "['set up begins', 'set up ends'] ['t0', 't1', 't2', 't3']"

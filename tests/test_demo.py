@@ -17,7 +17,7 @@ from tests.support.linuxguest import linux_image  # noqa: F401 - fixture, found 
 
 pytestmark = pytest.mark.hypervisor
 ROOT = Path(__file__).resolve().parent.parent
-DEMO = [sys.executable, "-m", "virtdriver.demo"]
+DEMO = [sys.executable, "-m", "testhosts.demo"]
 
 
 def workspaces() -> set[Path]:
@@ -99,7 +99,7 @@ def test_an_interrupt_swallowed_by_a_callback_still_stops_the_story(
     import gc
     import weakref
 
-    from virtdriver import demo
+    from testhosts.demo import story as demo
 
     monkeypatch.setattr(demo, "_signals_seen", [])
 

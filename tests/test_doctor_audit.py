@@ -14,10 +14,10 @@ from pathlib import Path
 import libvirt
 import pytest
 
-from virtdriver.audit import AuditAttachment, audit_host, dangers_of
-from virtdriver.cli import main
-from virtdriver.doctor import STATUSES, image_contexts, security_models, selinux_mode
 from testhosts.guests import DeviceEvents, detach_and_wait
+from virtdriver.cli import main
+from virtdriver.ops.audit import AuditAttachment, audit_host, dangers_of
+from virtdriver.ops.doctor import STATUSES, image_contexts, security_models, selinux_mode
 
 from .support.volumes import local_volume
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from virtdriver.doctor.initiators import initiator_checks
-from virtdriver.doctor.storage import protocol_checks
 from virtdriver.driver import LibvirtVolumeDriver
+from virtdriver.ops.doctor.initiators import initiator_checks
+from virtdriver.ops.doctor.storage import protocol_checks
 
 
 def kernel_has(module: str) -> bool:

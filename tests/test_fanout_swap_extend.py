@@ -7,6 +7,7 @@ import subprocess
 import libvirt
 import pytest
 
+from testhosts.guests import LoopDevice, block_info, read_pattern, write_pattern
 from virtdriver.errors import (
     AttachFailed,
     AttachRolledBack,
@@ -15,7 +16,6 @@ from virtdriver.errors import (
     NotAttached,
     VolumeInUse,
 )
-from testhosts.guests import LoopDevice, block_info, read_pattern, write_pattern
 
 from .support.volumes import file_volume, local_volume
 

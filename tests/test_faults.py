@@ -43,6 +43,7 @@ from typing import Any
 import libvirt
 import pytest
 
+from testhosts.guests import Guests, open_connection, read_pattern, sparse_file, write_pattern
 from tests.support.invariants import InvariantChecker, volume_disks
 from tests.support.volumes import file_volume, local_volume
 from virtdriver.errors import (
@@ -53,7 +54,6 @@ from virtdriver.errors import (
     NotAttached,
     VirtDriverError,
 )
-from testhosts.guests import Guests, open_connection, read_pattern, sparse_file, write_pattern
 from virtdriver.hypervisor.locks import lock_is_free
 
 pytestmark = pytest.mark.hypervisor
@@ -481,7 +481,7 @@ def test_e_transient_guest_destroyed_outside_any_operation_is_a_reported_leak(
         guests, volume_driver, system_conn, loop_device) -> None:
     """Nothing tells the driver when a guest is destroyed behind its back: the record stays
     until the volume is next used; audit names it meanwhile."""
-    from virtdriver.audit import audit_host
+    from virtdriver.ops.audit import audit_host
 
     a = guests.start("a", persistent=False)
     info = local_volume(loop_device.device, multiattach=False)

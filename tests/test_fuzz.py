@@ -35,7 +35,6 @@ from virtdriver.errors import EXIT_CODES, VirtDriverError
 from virtdriver.render import QOS_KEYS
 from virtdriver.volume import known_types
 
-
 EXAMPLES = int(os.environ.get("VIRTDRIVER_FUZZ_EXAMPLES", "300"))
 
 

@@ -10,8 +10,8 @@ import libvirt
 import pytest
 from lxml import etree
 
-from tests.support.volumes import disk_xml
 from testhosts import guests as g
+from tests.support.volumes import disk_xml
 
 SCHEMA = Path("/usr/share/libvirt/schemas/domain.rng")
 

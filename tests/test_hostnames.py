@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from lxml import etree
 
 from virtdriver import build_disk
+from virtdriver.config.schema import validate_disk
 from virtdriver.errors import InvalidConnectionInfo
-from virtdriver.schema import validate_disk
 from virtdriver.volume.base import RenderOptions
 
 DATA = "connection_info.data"

@@ -9,8 +9,8 @@ from pathlib import Path
 import libvirt
 import pytest
 
-from virtdriver.errors import AttachFailed, NotAttached, VolumeInUse
 from testhosts.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
+from virtdriver.errors import AttachFailed, NotAttached, VolumeInUse
 
 from .support.volumes import file_volume, local_volume
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import libvirt
 import pytest
 
+from testhosts.guests import block_info
 from virtdriver import LibvirtVolumeDriver
 from virtdriver.errors import UnsafeAttachment
-from testhosts.guests import block_info
 from virtdriver.hypervisor.connection import security_models
 
 from .support.labels import restart, shared_guests_survive_restart

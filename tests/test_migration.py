@@ -25,6 +25,7 @@ from typing import Any
 import libvirt
 import pytest
 
+from testhosts.guests import read_pattern, write_pattern
 from tests.support.migration import (  # noqa: F401 - fixtures, found by name
     MIGRATED_IN,
     MIGRATED_OUT,
@@ -51,7 +52,6 @@ from tests.support.migration import (  # noqa: F401 - fixtures, found by name
 )
 from tests.support.volumes import local_volume
 from virtdriver.errors import MigrationFailed, MigrationRefused, VolumeInUse
-from testhosts.guests import read_pattern, write_pattern
 
 pytestmark = pytest.mark.hypervisor
 
@@ -134,7 +134,7 @@ def test_an_arriving_guest_uses_the_volume_on_the_destination_until_aborted(
 
     destination.prepare_incoming(info, arriving, "rw")
     assert destination.host.connected() == [vid]
-    from virtdriver.audit import audit_host
+    from virtdriver.ops.audit import audit_host
 
     report = audit_host(destination.connection.get(), destination.state_dir)
     assert not [d for _, d in report.dangers if d.kind == "leak"]  # expected, not leaked

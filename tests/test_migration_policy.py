@@ -8,8 +8,18 @@ from __future__ import annotations
 
 import pytest
 
-from virtdriver.config import Address, Alias, BlockIO, Boot, Disk, Driver, IoTune, SecLabel
-from virtdriver.config import Source, Target
+from virtdriver.config import (
+    Address,
+    Alias,
+    BlockIO,
+    Boot,
+    Disk,
+    Driver,
+    IoTune,
+    SecLabel,
+    Source,
+    Target,
+)
 from virtdriver.errors import MigrationRefused, VolumeInUse
 from virtdriver.policy.migration import Arrival, refuse_leaving, refuse_unprepared, still_arriving
 from virtdriver.policy.sharing import Use, refuse_attach, still_used

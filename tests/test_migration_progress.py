@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from testhosts.guests import read_pattern, write_pattern
 from tests.support.migration import (  # noqa: F401 - fixtures, found by name
     dest_conn,
     dest_guests,
@@ -15,7 +16,6 @@ from tests.support.migration import (  # noqa: F401 - fixtures, found by name
     shared_volume,
 )
 from virtdriver.errors import MigrationFailed
-from testhosts.guests import read_pattern, write_pattern
 from virtdriver.hypervisor import jobwatch
 
 pytestmark = pytest.mark.hypervisor

@@ -11,7 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lxml import etree
 
-from virtdriver.config import Address, Alias, BlockIO, Disk, DomainDisks, Driver, Element, Source, Target
+from virtdriver.config import (
+    Address,
+    Alias,
+    BlockIO,
+    Disk,
+    DomainDisks,
+    Driver,
+    Element,
+    Source,
+    Target,
+)
 from virtdriver.config.model import CHILD, CHILDREN, declared_fields
 from virtdriver.errors import ConfigError, InvalidXMLValue, MalformedXML, UndeclaredXML
 

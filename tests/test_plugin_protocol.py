@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.backends import need
 from testhosts.guests import block_info, read_pattern, write_pattern
+from tests.support.backends import need
 from virtdriver.hypervisor import mounts
 from virtdriver.volume.remotefs import mount_point
 

@@ -7,8 +7,13 @@ import itertools
 import pytest
 
 from virtdriver.config import Disk, Driver, SecLabel, Source
-from virtdriver.errors import InvalidAttachMode, InvalidConnectionInfo, MultiattachNotSupported
-from virtdriver.errors import InvalidRenderOption, UnsafeAttachment
+from virtdriver.errors import (
+    InvalidAttachMode,
+    InvalidConnectionInfo,
+    InvalidRenderOption,
+    MultiattachNotSupported,
+    UnsafeAttachment,
+)
 from virtdriver.policy import (
     apply_policy,
     check_attach_mode,

@@ -150,7 +150,7 @@ def test_a_damaged_record_fails_in_one_line_and_does_not_block_other_volumes(
     volume_driver.detach_volume(a.name(), info["serial"])
     with pytest.raises(StateError, match="damaged"):
         volume_driver.host.load("broken-vol")
-    from virtdriver.audit import audit_host
+    from virtdriver.ops.audit import audit_host
 
     report = audit_host(volume_driver.connection.get(), volume_driver.state_dir)
     assert any(d.kind == "record" for _, d in report.dangers)

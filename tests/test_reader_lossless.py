@@ -23,8 +23,8 @@ from lxml import etree
 
 from tests.test_model import meaning
 from virtdriver.config import Disk
+from virtdriver.config.schema import SchemaViolation, validate_disk
 from virtdriver.errors import UndeclaredXML
-from virtdriver.schema import SchemaViolation, validate_disk
 
 SETTINGS = settings(max_examples=300, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow])

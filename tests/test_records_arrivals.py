@@ -51,7 +51,7 @@ def test_the_listing_that_finds_arrivals_says_which_volumes_have_a_record(tmp_pa
     from virtdriver.driver.host import Host
     from virtdriver.driver.options import HostOptions
     from virtdriver.errors import DamagedRecord
-    from virtdriver.hypervisor.volume_users import HostView
+    from virtdriver.hypervisor.domains import HostView
 
     host = Host("qemu:///system", HostOptions(state_dir=tmp_path))
     assert host.records.arrivals_listed() == ([], frozenset())  # no directory yet

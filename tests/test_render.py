@@ -238,41 +238,6 @@ def test_third_party_driver_renders_through_its_entry_point(tmp_path, monkeypatc
     assert "tape" not in known_types()
 
 
-def test_the_fast_entry_point_scan_reads_what_importlib_metadata_reads(tmp_path,
-                                                                      monkeypatch) -> None:
-    """The registry's own reader of entry_points.txt (the CLI's start) gives the same map as
-    importlib.metadata: built-ins, a plugin, a second copy of a distribution later on the path
-    (ignored: the first wins), a plugin overriding a name, and comments and other groups."""
-    from importlib.metadata import entry_points
-
-    def expected() -> dict[str, str]:
-        return {ep.name: ep.value for ep in entry_points(group=registry.GROUP)}
-
-    def scanned() -> dict[str, str]:
-        found = registry._scan()
-        assert found is not None
-        return {name: ep.value for name, ep in found.items()}
-
-    assert scanned() == expected() and "iscsi" in scanned()
-    first, second = tmp_path / "first", tmp_path / "second"
-    for site, target in ((first, "tape_plugin:TapeVolumeDriver"), (second, "other:Other")):
-        info = site / "Tape.Plugin-1.0.dist-info"
-        info.mkdir(parents=True)
-        (info / "entry_points.txt").write_text(
-            f"# a comment\n[console_scripts]\ntape = x:y\n\n[{registry.GROUP}]\n"
-            f"  tape =  {target}  \n# another\nlocal = tape_plugin:Local\n")
-    (first / "other-2.egg-info").mkdir()
-    (first / "other-2.egg-info" / "entry_points.txt").write_text(
-        f"[{registry.GROUP}]\nnfs = other:NFS\n")
-    monkeypatch.syspath_prepend(str(second))
-    monkeypatch.syspath_prepend(str(first))
-    assert scanned() == expected()
-    assert scanned()["tape"] == "tape_plugin:TapeVolumeDriver"
-    monkeypatch.syspath_prepend(str(tmp_path / "archive.zip"))
-    (tmp_path / "archive.zip").write_bytes(b"")
-    assert registry._scan() is None  # a zip archive: importlib.metadata reads it instead
-
-
 def test_third_party_driver_through_the_cli(tmp_path) -> None:
     install_plugin(tmp_path)
     info = tmp_path / "tape.json"

@@ -23,12 +23,11 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
+from testhosts.guests import kvm_available
 from virtdriver import build_disk
 from virtdriver.errors import VirtDriverError
 from virtdriver.policy import THROTTLE_MAX
 from virtdriver.render import QOS_KEYS
-
-from testhosts.guests import kvm_available
 
 from .libvirt_oracle import HotPlugOracle, define_refusal, start_refusal
 

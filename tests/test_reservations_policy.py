@@ -7,10 +7,10 @@ import shutil
 import uuid
 from pathlib import Path
 
-from virtdriver.audit import _fence_dangers, attachment_of
 from virtdriver.config import Disk
-from virtdriver.doctor.reservations import configured_pr_helper, reservations_check
 from virtdriver.hypervisor.domains import DiskUse
+from virtdriver.ops.audit import _fence_dangers, attachment_of
+from virtdriver.ops.doctor.reservations import configured_pr_helper, reservations_check
 from virtdriver.policy.reservations import HOST_INITIATOR, reservation_route
 from virtdriver.render import build_disk
 

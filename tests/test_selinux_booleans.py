@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from virtdriver.doctor.probes import boolean_check
 from virtdriver.hypervisor.access import booleans_off
+from virtdriver.ops.doctor.probes import boolean_check
 from virtdriver.selinux import boolean
 from virtdriver.volume.registry import get_driver
 

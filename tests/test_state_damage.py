@@ -20,9 +20,9 @@ from typing import Any
 import libvirt
 import pytest
 
+from testhosts.guests import Guests, LoopDevice, open_connection
 from tests.support.volumes import local_volume
 from virtdriver.cli import main
-from testhosts.guests import Guests, LoopDevice, open_connection
 from virtdriver.hypervisor.locks import file_token
 
 pytestmark = pytest.mark.hypervisor

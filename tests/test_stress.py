@@ -23,10 +23,10 @@ from typing import IO, Any
 
 import pytest
 
+from testhosts.guests import sparse_file
 from tests.support.invariants import InvariantChecker, volume_disks
 from tests.support.stress_ops import StressVolume, Tally, run_round
 from tests.support.volumes import file_volume, local_volume
-from testhosts.guests import sparse_file
 
 pytestmark = pytest.mark.hypervisor
 

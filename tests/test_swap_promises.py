@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from virtdriver.errors import SwapRefused, VolumeInUse
 from testhosts.guests import LoopDevice, block_info, read_pattern, write_pattern
+from virtdriver.errors import SwapRefused, VolumeInUse
 
 from .support.volumes import local_volume
 

@@ -13,15 +13,14 @@ import stat
 from pathlib import Path
 
 import pytest
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lxml import etree
 
 from virtdriver.hypervisor.dataid import DataIdentity
-from virtdriver.hypervisor.domains import DomainXml, ListedDomain, source_token
+from virtdriver.hypervisor.domains import DomainXml, HostView, ListedDomain, source_token
 from virtdriver.hypervisor.metadata import NS
-from virtdriver.hypervisor.volume_users import HostView, Wanted
+from virtdriver.hypervisor.volume_users import Wanted
 from virtdriver.policy.identity import alias_for
 from virtdriver.policy.sharing import users_of
 

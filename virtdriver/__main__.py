@@ -1,3 +1,3 @@
-from virtdriver.entry import main
+from virtdriver.cli import main
 
 raise SystemExit(main())

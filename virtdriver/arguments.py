@@ -22,7 +22,7 @@ Error = type[InputError]
 
 def _refuse(error: Error, field: str, value: object, what: str) -> InputError:
     if issubclass(error, InvalidConnectionInfo):
-        return error(field, f"{show(value)} is not {what}")  # type: ignore[call-arg]
+        return error(field, f"{show(value)} is not {what}")
     return error(f"{field}: {show(value)} is not {what}")
 
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from virtdriver.config import Disk
 from virtdriver.hypervisor.domains import DiskUse
-
 from virtdriver.policy.identity import ALIAS_PREFIX  # noqa: F401 - re-exported
-from dataclasses import asdict, dataclass
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from virtdriver.config import Address, Alias, BlockIO, Disk, Driver, Encryption, IoTune, Secret
-from virtdriver.config import Target
-from virtdriver import logs
-from virtdriver.answers import ValidAnswers
+from virtdriver.config import (
+    Address,
+    Alias,
+    BlockIO,
+    Disk,
+    Driver,
+    Encryption,
+    IoTune,
+    Secret,
+    Target,
+)
 from virtdriver.errors import InvalidConnectionInfo, InvalidRenderOption, show
 from virtdriver.policy import (
     apply_policy,
@@ -20,12 +28,12 @@ from virtdriver.policy import (
     check_throttle,
     effective_attach_mode,
 )
+from virtdriver.policy.identity import UUID_PATTERN, alias_for, check_volume_id
 from virtdriver.shapes import normalize
 from virtdriver.volume.base import RenderOptions, optional_bool, whole_number
-from virtdriver.policy.identity import UUID_PATTERN, alias_for, check_volume_id
 from virtdriver.volume.registry import get_driver
 
-LOG = logs.logger(__name__)  # rendering rarely warns: logging is imported when it does
+LOG = logging.getLogger(__name__)
 
 BUS_PREFIX: Final = {"virtio": "vd", "scsi": "sd", "sata": "sd", "usb": "sd", "ide": "hd"}
 DEVICES: Final = ("disk", "lun")
@@ -61,23 +69,18 @@ def build_disk(connection_info: Mapping[str, Any], *, attach_mode: str | None = 
     disk rendered without a host) writes them for every model the label policy concerns.
     """
     connection_info, attach_mode = normalize(connection_info, attach_mode)
-    # No walk over the whole document here (render speed is a product goal): every message
-    # quotes input through errors.show(), which is bounded in depth and length.
+    # Every message quotes input through errors.show(), bounded in depth and length.
     data = connection_info.get("data")
-    if not _is_mapping(data):
+    if not isinstance(data, Mapping):
         raise InvalidConnectionInfo("connection_info.data", "is missing or not a JSON object")
     _check_target(target_dev, bus, device, scsi_unit)
     check_label_options(label_policy, shared_image_label)
-    if (mount_base is None and initiator_iqn is None and shared_image_label is None
-            and native_iscsi is False and native_glusterfs is False):
-        options = RenderOptions()  # every host option at its default: nothing to check
-    else:
-        options = RenderOptions(
-            mount_base=check_option_text("mount_base", mount_base),
-            native_iscsi=check_option_flag("native_iscsi", native_iscsi),
-            native_glusterfs=check_option_flag("native_glusterfs", native_glusterfs),
-            initiator_iqn=check_option_text("initiator_iqn", initiator_iqn))
-        check_option_text("shared_image_label", shared_image_label)
+    options = RenderOptions(
+        mount_base=check_option_text("mount_base", mount_base),
+        native_iscsi=check_option_flag("native_iscsi", native_iscsi),
+        native_glusterfs=check_option_flag("native_glusterfs", native_glusterfs),
+        initiator_iqn=check_option_text("initiator_iqn", initiator_iqn))
+    check_option_text("shared_image_label", shared_image_label)
     driver = get_driver(connection_info.get("driver_volume_type"))
     volume = driver.source(data, options)
     lun = device == "lun"
@@ -95,7 +98,7 @@ def build_disk(connection_info: Mapping[str, Any], *, attach_mode: str | None = 
         target=Target(dev=target_dev, bus=bus),
     )
     if not lun:
-        disk.blockio = _block_sizes(data, bus)  # type: ignore[arg-type]
+        disk.blockio = _block_sizes(data, bus)
         disk.serial = _serial(connection_info.get("serial"))
     qos = data.get("qos_specs")
     if qos is not None:
@@ -154,14 +157,10 @@ def check_nesting(value: object, where: str = "connection_info", limit: int = MA
         stack.extend((v, p, depth + 1) for p, v in items)
 
 
-def _is_mapping(value: object) -> bool:
-    return type(value) is dict or isinstance(value, Mapping)
-
-
 def volume_id(connection_info: Mapping[str, Any]) -> str | None:
     """The volume's id: ``data.volume_id``, else ``serial`` (Cinder sets both to the UUID)."""
     data = connection_info.get("data")
-    value = data.get("volume_id") if _is_mapping(data) else None
+    value = data.get("volume_id") if isinstance(data, Mapping) else None
     where = "connection_info.data.volume_id"
     if value is None:
         value, where = connection_info.get("serial"), "connection_info.serial"
@@ -177,19 +176,7 @@ def user_alias(connection_info: Mapping[str, Any]) -> str | None:
 
 
 def _check_target(target_dev: object, bus: object, device: object, scsi_unit: object) -> None:
-    # The same few targets come back on every render: one found valid is not checked again
-    # (kept only for exact types: True would otherwise find the answer kept for unit 1).
-    exact = (target_dev.__class__ is str and bus.__class__ is str and device.__class__ is str
-             and (scsi_unit is None or scsi_unit.__class__ is int))
-    key = (target_dev, bus, device, scsi_unit)
-    if exact and _TARGETS_OK.get(key):
-        return
     _refuse_target(target_dev, bus, device, scsi_unit)
-    if exact:
-        _TARGETS_OK.keep(key, True)
-
-
-_TARGETS_OK: ValidAnswers[tuple[object, ...], bool] = ValidAnswers(tuple, 1024)
 
 
 def _refuse_target(target_dev: object, bus: object, device: object, scsi_unit: object) -> None:
@@ -200,9 +187,9 @@ def _refuse_target(target_dev: object, bus: object, device: object, scsi_unit: o
     if not isinstance(target_dev, str) or not _TARGET_DEV.fullmatch(target_dev):
         raise InvalidRenderOption(f"target_dev: {show(target_dev)} is not a disk device name such "
                                   "as vdb or sdc")
-    if not target_dev.startswith(BUS_PREFIX[bus]):  # type: ignore[index]
+    if not target_dev.startswith(BUS_PREFIX[bus]):
         raise InvalidRenderOption(f"target_dev: {show(target_dev)} does not fit bus {show(bus)} "
-                                  f"(use {BUS_PREFIX[bus]}X)")  # type: ignore[index]
+                                  f"(use {BUS_PREFIX[bus]}X)")
     if scsi_unit is not None:
         if bus != "scsi":
             raise InvalidRenderOption("scsi_unit is only meaningful with bus 'scsi'")
@@ -253,10 +240,10 @@ def iotune_from_qos(qos: object) -> IoTune | None:
     :func:`virtdriver.policy.check_throttle`.
     """
     where = "connection_info.data.qos_specs"
-    if not _is_mapping(qos):
+    if not isinstance(qos, Mapping):
         raise InvalidConnectionInfo(where, f"{show(qos)} is not a JSON object")
-    values: dict[str, int] = {}
-    for key, raw in qos.items():  # type: ignore[attr-defined]
+    values: dict[str, Any] = {}  # (every one an int; IoTune also holds a group name)
+    for key, raw in qos.items():
         if key not in QOS_KEYS:
             LOG.warning("ignoring unknown QoS key %r", key)
             continue
@@ -269,13 +256,5 @@ def iotune_from_qos(qos: object) -> IoTune | None:
             values[key] = value
     if not values:
         return None  # nothing limited: nothing to refuse
-    # The same few limits come back on every render: a set of limits once found acceptable is
-    # not checked again (only int values reach here, so equal keys mean equal limits).
-    known = tuple(values.items())
-    if _THROTTLES_OK.get(known) is None:
-        check_throttle(values, where)
-        _THROTTLES_OK.keep(known, True)
+    check_throttle(values, where)
     return IoTune(**values)
-
-
-_THROTTLES_OK: ValidAnswers[tuple[tuple[str, int], ...], bool] = ValidAnswers(tuple, 1024)

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from virtdriver.errors import InvalidAttachMode, InvalidConnectionInfo, show
+
 _SERIAL = re.compile(r"[A-Za-z0-9_.+\- ]{1,255}")  # what render accepts as a disk serial
 
 
@@ -81,7 +82,7 @@ def _mode(explicit: object, record: object, where: str) -> str:
         raise InvalidAttachMode(f"attach_mode: {show(explicit)} is not an attach mode "
                                 "(use 'ro' or 'rw')")
     if record is None:
-        return explicit or "rw"  # type: ignore[return-value]
+        return explicit or "rw"
     if explicit == "ro":
         return "ro"  # read-only wins: narrowing the record's rw is always safe
     if explicit is not None and explicit != record:

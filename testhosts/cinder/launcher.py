@@ -9,16 +9,15 @@ from cinder import monkey_patch; monkey_patch.patch()  # noqa: E702,I100  (befor
 
 import sys  # noqa: E402
 
+from cinder import i18n  # noqa: E402
 from oslo_config import cfg  # noqa: E402
 from oslo_log import log as logging  # noqa: E402
 from oslo_service import service as oslo_service  # noqa: E402
 
-from cinder import i18n  # noqa: E402
-
 i18n.enable_lazy()
 
-from cinder.common import config  # noqa: E402  (registers the options)
 from cinder import coordination, objects, rpc, service, version  # noqa: E402
+from cinder.common import config  # noqa: E402  (registers the options)
 
 
 def main() -> None:

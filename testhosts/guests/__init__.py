@@ -22,7 +22,6 @@ from testhosts.guests.domain import (
     ensure_event_loop,
     guest_xml,
     ignore_gone,
-    kvm_available,
     open_connection,
     quiet_libvirt_errors,
 )
@@ -49,6 +48,7 @@ from testhosts.guests.monitor import (
     read_pattern,
     write_pattern,
 )
+from virtdriver.hypervisor.capabilities import kvm_available
 
 __all__ = [
     "BlockInfo", "DeviceEvents", "EMBED_CAPS_SEEDS", "EMBED_QEMU_CONF", "Guests",

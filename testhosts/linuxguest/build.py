@@ -95,7 +95,8 @@ def _inputs() -> tuple[dict[str, str], str]:
     return versions, h.hexdigest()[:16]
 
 
-def _assemble(versions: dict[str, str], debs: Path, tree: Path) -> tuple[bytes, Path, dict]:
+def _assemble(versions: dict[str, str], debs: Path,
+              tree: Path) -> tuple[bytes, Path, dict[str, object]]:
     for package, version in versions.items():
         _run("dpkg-deb", "-x", str(fetch_deb(package, version, debs)), str(tree))
     kernel = next(p for p in versions if p.startswith("linux-image-"))
@@ -115,8 +116,8 @@ def _assemble(versions: dict[str, str], debs: Path, tree: Path) -> tuple[bytes, 
         for guest_path, host_file in shared_libraries(tree / "usr/bin" / tool, lib_dir):
             files[guest_path] = (0o100755, host_file.read_bytes())
     vmlinuz = tree / "boot" / f"vmlinuz-{release}"
-    manifest = {"packages": versions, "kernel": release, "modules": order,
-                "tools": list(SG_TOOLS)}
+    manifest: dict[str, object] = {"packages": versions, "kernel": release, "modules": order,
+                                   "tools": list(SG_TOOLS)}
     return cpio_gz(files), vmlinuz, manifest
 
 

@@ -127,7 +127,7 @@ class LinuxGuest:
             sock.settimeout(left)
             try:
                 chunk = sock.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError as exc:
                 chunk = b""

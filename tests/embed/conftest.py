@@ -9,8 +9,8 @@ from typing import Any
 import libvirt
 import pytest
 
-from tests.support.fixtures import made_guests, opened
 from testhosts.guests import Guests, embed_uri, process_embed_root
+from tests.support.fixtures import made_guests, opened
 
 
 @pytest.fixture(scope="module")

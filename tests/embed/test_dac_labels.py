@@ -38,9 +38,6 @@ from typing import Any
 import libvirt
 import pytest
 
-from tests.support import EMBED_CHILD
-from tests.support.volumes import file_volume, local_volume
-from virtdriver.errors import AttachFailed, UnsafeAttachment
 from testhosts.guests import (
     Guests,
     LoopDevice,
@@ -51,6 +48,9 @@ from testhosts.guests import (
     read_pattern,
     write_pattern,
 )
+from tests.support import EMBED_CHILD
+from tests.support.volumes import file_volume, local_volume
+from virtdriver.errors import AttachFailed, UnsafeAttachment
 
 pytestmark = pytest.mark.hypervisor
 

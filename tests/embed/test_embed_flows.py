@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from testhosts.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
 from tests.support.volumes import local_volume
 from virtdriver.errors import AttachFailed, VolumeInUse
-from testhosts.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
 
 pytestmark = pytest.mark.hypervisor
 

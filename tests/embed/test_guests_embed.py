@@ -8,8 +8,8 @@ from pathlib import Path
 import libvirt
 import pytest
 
-from tests.support.volumes import disk_xml
 from testhosts import guests as g
+from tests.support.volumes import disk_xml
 
 
 @pytest.mark.hypervisor

@@ -12,8 +12,10 @@ afterwards A (on the destination) and B (on the source) read back every block it
 from __future__ import annotations
 
 import secrets
+
 import pytest
 
+from testhosts.guests import open_connection
 from testhosts.linuxguest import GuestCommandError, LinuxGuest, LinuxGuests
 from tests.support.linuxguest import disk_by_serial, follow_migrated
 from tests.support.migration import (  # noqa: F401 - fixtures, found by name
@@ -22,7 +24,6 @@ from tests.support.migration import (  # noqa: F401 - fixtures, found by name
     migration_uri,
 )
 from tests.support.volumes import local_volume
-from testhosts.guests import open_connection
 
 pytestmark = pytest.mark.hypervisor
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from testhosts.guests import SYSTEM_URI
 from tests.support.backends import need
 from tests.support.linuxguest import disk_by_vendor, wait_disk_gone
-from testhosts.guests import SYSTEM_URI
-from virtdriver.audit import audit_host
+from virtdriver.ops.audit import audit_host
 
 pytestmark = pytest.mark.hypervisor
 

@@ -10,9 +10,9 @@ import secrets
 
 import pytest
 
+from testhosts.guests import LoopDevice
 from tests.support.linuxguest import disk_by_serial, wait_disk_gone, wait_size
 from tests.support.volumes import local_volume
-from testhosts.guests import LoopDevice
 
 pytestmark = pytest.mark.hypervisor
 

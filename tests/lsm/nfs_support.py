@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.lsm.conftest import run
 from testhosts.guests import sparse_file
+from tests.lsm.conftest import run
 
 VOLUME_SIZE = 16 * 1024 * 1024
 

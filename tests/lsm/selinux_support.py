@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.lsm.conftest import AuditWindow, run, split_context
 from testhosts.guests import sparse_file
+from tests.lsm.conftest import AuditWindow, run, split_context
 
 SHARED = "system_u:object_r:svirt_image_t:s0"
 READONLY = "system_u:object_r:virt_content_t:s0"

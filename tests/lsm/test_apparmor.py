@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from testhosts.guests import block_info, read_pattern
 from tests.lsm.conftest import aa_status, qemu_pid, secmodels
 from tests.support.sharedio import writer_shares_with_reader
 from tests.support.volumes import local_volume
-from testhosts.guests import block_info, read_pattern
 
 pytestmark = pytest.mark.lsm_apparmor
 

@@ -19,9 +19,9 @@ import libvirt
 import libvirt_qemu
 import pytest
 
+from testhosts.guests import sparse_file
 from tests.support.volumes import file_volume, local_volume
 from virtdriver import LibvirtVolumeDriver
-from testhosts.guests import sparse_file
 
 pytestmark = pytest.mark.lsm_apparmor
 

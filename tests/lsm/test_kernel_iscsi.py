@@ -73,11 +73,10 @@ def tgt_lun(tmp_path: Path) -> Iterator[Path]:
 @pytest.fixture
 def iscsi_connector(tmp_path: Path):
     """os-brick's ISCSIConnector with privileged calls in this process and a lock path."""
-    from oslo_config import cfg
-
     import os_brick
     import os_brick.privileged
     from os_brick.initiator import connector
+    from oslo_config import cfg
 
     locks = tmp_path / "locks"
     locks.mkdir()
@@ -174,8 +173,8 @@ def test_kernel_iscsi_multiattach_through_the_driver(tgt_lun, guests, volume_dri
     ``LibvirtVolumeDriver``: the session stays while any guest uses it, goes with the last.
     Under SELinux, the disk (a kernel SCSI device) carries the shared image label in both
     guests' namespaces."""
-    from tests.lsm.conftest import NESTED, qemu_pid, split_context
     from testhosts.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
+    from tests.lsm.conftest import NESTED, qemu_pid, split_context
 
     a, b = guests.start("a"), guests.start("b")
     info, vid, alias = share_lun(volume_driver, a, b)

@@ -97,8 +97,8 @@ def test_kernel_iscsi_chap(tgt_lun, guests, volume_driver, caplog, raw_brick_log
     """A wrong CHAP secret is refused and leaves no session or node record; the right one logs
     in, the guest's writes reach the target, the last detach logs out; neither secret is in
     any log line."""
-    from virtdriver.errors import VirtDriverError
     from testhosts.guests import read_pattern, write_pattern
+    from virtdriver.errors import VirtDriverError
 
     caplog.set_level(logging.DEBUG)
     password, wrong = secrets.token_hex(8), secrets.token_hex(8)
@@ -165,9 +165,9 @@ def test_native_iscsi_logs_in_as_the_host(acl_target, guests, tmp_path, caplog,
     """Through the API: the default (host's) name and an operator-named one (the same name,
     given with ``initiator_iqn``) see the LUN; a name the ACL does not admit is refused by the
     target, and the error names the initiator QEMU logged in as."""
+    from testhosts.guests import block_info, read_pattern, write_pattern
     from virtdriver import LibvirtVolumeDriver
     from virtdriver.errors import AttachFailed
-    from testhosts.guests import block_info, read_pattern, write_pattern
 
     caplog.set_level(logging.DEBUG)
     backing, host_iqn, password = acl_target

@@ -127,9 +127,8 @@ def two_portal_lun(tmp_path: Path) -> Iterator[Path]:
 @pytest.mark.lsm_apparmor  # the AppArmor boot too: each guest's profile must allow the device
 def test_multipath_shared_volume_survives_a_path_loss(two_portal_lun, multipathd, guests,
                                                       tmp_path) -> None:
+    from testhosts.guests import SYSTEM_URI, ReadOnlyWrite, block_info, read_pattern, write_pattern
     from virtdriver import LibvirtVolumeDriver
-    from testhosts.guests import SYSTEM_URI, ReadOnlyWrite, block_info, read_pattern, \
-        write_pattern
 
     driver = LibvirtVolumeDriver(SYSTEM_URI, state_dir=tmp_path / "state", detach_timeout=20,
                                  use_multipath=True)
@@ -192,8 +191,8 @@ def test_multipath_online_extend(two_portal_lun, multipathd, guests, tmp_path) -
     """The LUN grows (re-added over the grown file, both sessions stay); virtdriver's extend
     rescans both paths and resizes the map through os-brick (multipathd), and both guests'
     QEMU see the new size in query-block."""
-    from virtdriver import LibvirtVolumeDriver
     from testhosts.guests import SYSTEM_URI, block_info
+    from virtdriver import LibvirtVolumeDriver
 
     driver = LibvirtVolumeDriver(SYSTEM_URI, state_dir=tmp_path / "state", detach_timeout=20,
                                  use_multipath=True)

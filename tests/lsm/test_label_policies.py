@@ -14,9 +14,9 @@ AppArmor's read-only rule is in test_apparmor_readonly.py.
 from __future__ import annotations
 
 import grp
-from collections.abc import Callable
 import os
 import pwd
+from collections.abc import Callable
 
 import libvirt
 import pytest

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from testhosts.guests import read_pattern, write_pattern
 from tests.lsm.conftest import NESTED, run, secmodels
 from tests.lsm.selinux_support import SHARED, data_file, file_label, no_guest_denials
 from tests.support.volumes import file_volume
 from virtdriver import LibvirtVolumeDriver
 from virtdriver.cli import main
-from testhosts.guests import read_pattern, write_pattern
 
 
 def _doctor(capsys, tmp_path) -> tuple[dict, str]:

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from testhosts.guests import block_info, read_pattern
 from tests.lsm import nfs_support
 from tests.lsm.conftest import MCS_PAIR, AuditWindow, observe, qemu_pid, run, split_context
 from tests.lsm.nfs_support import NfsVolume, mount_of
 from tests.lsm.selinux_support import file_label, no_guest_denials, process_label
 from tests.lsm.test_apparmor import confinement, files_rules, profile_name, rule_for
 from tests.support.sharedio import writer_shares_with_reader
-from testhosts.guests import block_info, read_pattern
 from virtdriver.errors import AttachFailed
 from virtdriver.volume.remotefs import mount_point
 
@@ -55,7 +55,7 @@ def _set_boolean(on: bool) -> None:
 
 
 def _doctor_check(driver, name: str):  # type: ignore[no-untyped-def]
-    from virtdriver.doctor import diagnose
+    from virtdriver.ops.doctor import diagnose
 
     found = [c for c in diagnose(driver).checks if c.name == name]
     assert len(found) == 1, [c.name for c in diagnose(driver).checks]

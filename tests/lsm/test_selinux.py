@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from testhosts.guests import block_info, read_pattern, write_pattern
 from tests.lsm.conftest import MCS_PAIR, qemu_pid, run, secmodels, split_context
 from tests.lsm.selinux_support import (
     data_file,
@@ -22,7 +23,6 @@ from tests.lsm.selinux_support import (
 )
 from tests.support.sharedio import writer_shares_with_reader
 from tests.support.volumes import file_volume, local_volume
-from testhosts.guests import block_info, read_pattern, write_pattern
 
 pytestmark = pytest.mark.lsm_selinux
 

@@ -17,8 +17,8 @@ import libvirt
 import pytest
 from lxml import etree
 
+from testhosts.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
 from tests.lsm.conftest import qemu_pid, split_context
-from tests.lsm.test_kernel_iscsi import BLOCK, IQN, sessions, share_lun, tgt_lun  # noqa: F401
 from tests.lsm.selinux_support import (
     READONLY,
     data_file,
@@ -27,9 +27,9 @@ from tests.lsm.selinux_support import (
     no_guest_denials,
     process_label,
 )
+from tests.lsm.test_kernel_iscsi import BLOCK, IQN, sessions, share_lun, tgt_lun  # noqa: F401
 from tests.support.sharedio import writer_shares_with_reader
 from tests.support.volumes import file_volume, local_volume
-from testhosts.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
 from virtdriver import LibvirtVolumeDriver
 
 pytestmark = pytest.mark.lsm_selinux

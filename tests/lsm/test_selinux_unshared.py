@@ -19,6 +19,7 @@ import subprocess
 import libvirt
 import pytest
 
+from testhosts.guests import QemuIoError, ReadOnlyWrite, read_pattern, write_pattern
 from tests.lsm.conftest import qemu_pid, split_context
 from tests.lsm.selinux_support import (
     READONLY,
@@ -31,7 +32,6 @@ from tests.lsm.selinux_support import (
 )
 from tests.support.volumes import disk_xml, file_volume, local_volume
 from virtdriver.errors import VolumeInUse
-from testhosts.guests import QemuIoError, ReadOnlyWrite, read_pattern, write_pattern
 
 pytestmark = pytest.mark.lsm_selinux
 

@@ -8,7 +8,8 @@ render volumes: its adapters' ``get_config`` counts are summed per set.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 #: test id -> why virtdriver deliberately fails it (the same list is in docs/nova.md). Empty:
 #: every test that passes with nova's driver passes with virtdriver's.

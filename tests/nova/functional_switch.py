@@ -167,8 +167,9 @@ class _LibvirtEnvironment:
     ask for libvirt; set up at its first compute service."""
 
     def __init__(self, test: Any) -> None:
-        import fixtures
         from nova.tests import fixtures as nova_fixtures
+
+        import fixtures
 
         test.flags(instances_path=test.useFixture(fixtures.TempDir()).path)
         test.useFixture(nova_fixtures.LibvirtImageBackendFixture())

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import nova.tests.functional  # noqa: F401  first: nova's eventlet monkey patching  isort:skip
 
-import fixtures
 from lxml import etree
 from nova.tests import fixtures as nova_fixtures
 from nova.tests.fixtures import libvirt as fakelibvirt
 from nova.tests.functional.libvirt import base
 
+import fixtures
 import virtdriver.nova
 
 DOCUMENTED_LINE = "virtdriver.nova.LibvirtDriver"  # README and docs/nova.md

@@ -20,11 +20,11 @@ import nova.tests.functional  # noqa: F401  first: nova's eventlet monkey patchi
 
 import time
 
-import fixtures
-from oslo_concurrency import lockutils
 from nova.tests import fixtures as nova_fixtures
 from nova.tests.functional.libvirt import base
+from oslo_concurrency import lockutils
 
+import fixtures
 import virtdriver.nova
 
 

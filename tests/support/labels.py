@@ -8,9 +8,9 @@ from pathlib import Path
 
 import libvirt
 
+from testhosts.guests import Guests, LoopDevice, block_info, read_pattern, write_pattern
 from tests.support.volumes import local_volume
 from virtdriver import LibvirtVolumeDriver
-from testhosts.guests import Guests, LoopDevice, block_info, read_pattern, write_pattern
 from virtdriver.hypervisor.connection import security_models
 
 

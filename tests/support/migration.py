@@ -24,10 +24,10 @@ from typing import Any
 import libvirt
 import pytest
 
+from testhosts.guests import Guests, open_connection
 from tests.support.fixtures import made_guests, opened
 from tests.support.volumes import local_volume
 from virtdriver import LibvirtVolumeDriver
-from testhosts.guests import Guests, open_connection
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTED, STOPPED = libvirt.VIR_DOMAIN_EVENT_STARTED, libvirt.VIR_DOMAIN_EVENT_STOPPED

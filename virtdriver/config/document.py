@@ -13,7 +13,8 @@ from __future__ import annotations
 import codecs
 import re
 
-from virtdriver.config.lazy_lxml import etree  # imported when first used
+from lxml import etree
+
 from virtdriver.config.reader import compact, decode_declared, describe, parse_xml
 from virtdriver.errors import UndeclaredXML
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 
-from virtdriver.config.lazy_lxml import etree  # imported when first used
+from lxml import etree
+
 from virtdriver.config.disk import Address, Alias, Disk, Target
 from virtdriver.config.model import parse_xml
-from dataclasses import dataclass, field
 
 
 @dataclass

@@ -21,16 +21,25 @@ so nothing is silently dropped); ``strict=False`` keeps undeclared attributes an
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, TypeVar, dataclass_transform
 
-from virtdriver.config.lazy_lxml import etree  # imported when first used
+from lxml import etree
+
 from virtdriver.config.document import declared_encoding, read_document
-from virtdriver.config.reader import ATTR, CHILD, CHILDREN, FLAG, TEXT_CHILD, Unknown
-from virtdriver.config.reader import parse_xml, read
+from virtdriver.config.reader import (
+    ATTR,
+    CHILD,
+    CHILDREN,
+    FLAG,
+    TEXT_CHILD,
+    Unknown,
+    parse_xml,
+    read,
+)
 from virtdriver.config.values import INT, STR, Converter
 from virtdriver.config.writer import write
 from virtdriver.errors import InvalidXMLValue, UndeclaredXML
-from dataclasses import dataclass, field, fields, replace
 
 __all__ = ["ATTR", "CHILD", "CHILDREN", "FLAG", "TEXT_CHILD", "Converter", "Element", "INT", "STR",
            "Unknown", "attr", "child", "children", "declared_fields", "element", "flag",
@@ -139,7 +148,7 @@ class Element:
             raise InvalidXMLValue(f"node: a {type(node).__name__} is not an lxml element")
         if node.tag != cls.TAG:
             raise UndeclaredXML(f"expected <{cls.TAG}>, found <{node.tag}>")
-        return read(cls, node, strict, cls.TAG)  # type: ignore[no-any-return]
+        return read(cls, node, strict, cls.TAG)
 
 
 @dataclass_transform()  # (the helpers above return defaults, as a plain dataclass sees them)
@@ -148,7 +157,7 @@ def element(tag: str) -> Callable[[type[E]], type[E]]:
 
     def build(cls: type[E]) -> type[E]:
         cls.__annotations__["unknown"] = "Unknown | None"
-        cls.unknown = field(default=None, repr=False)  # type: ignore[assignment]
+        cls.unknown = field(default=None, repr=False)
         cls = dataclass(cls)
         cls.TAG = tag
         every = fields(cls)  # type: ignore[arg-type]

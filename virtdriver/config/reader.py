@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import copy as copy_module
 import re
+from dataclasses import dataclass
 from typing import Any
 
-from virtdriver.config.lazy_lxml import etree  # imported when first used
+from lxml import etree
+
 from virtdriver.errors import InvalidXMLValue, MalformedXML, UndeclaredXML
-from dataclasses import dataclass
 
 ATTR, FLAG, TEXT_CHILD, CHILD, CHILDREN = "attr", "flag", "text", "child", "children"
 XML_NS = "http://www.w3.org/XML/1998/namespace"

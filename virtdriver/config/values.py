@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
-
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)

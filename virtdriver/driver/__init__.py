@@ -14,11 +14,17 @@ Each operation is a module of steps: :mod:`~virtdriver.driver.attach` (one guest
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from virtdriver import arguments
 from virtdriver.attachment import Attachment
+from virtdriver.driver import attach as attach_steps
+from virtdriver.driver import detach as detach_steps
+from virtdriver.driver import extend as extend_steps
+from virtdriver.driver import migrate as migrate_steps
+from virtdriver.driver import swap as swap_steps
 from virtdriver.driver.host import Host
 from virtdriver.driver.options import DEFAULT_STATE_DIR, HostOptions, check_timeout
 from virtdriver.errors import InvalidRenderOption, InvalidRequest, show
@@ -26,28 +32,12 @@ from virtdriver.hypervisor.domains import DiskUse
 from virtdriver.policy import check_attach_mode
 from virtdriver.policy.identity import check_instance, check_requested_volume_id
 from virtdriver.shapes import normalize
-from dataclasses import fields
 
 if TYPE_CHECKING:
-    from virtdriver.driver.extend import ExtendResult
     from virtdriver.driver.interrupts import Interrupts
 
 
-class _Steps:
-    """The step modules, imported on first use: a command that only reads the host (list,
-    audit) does not pay for attach, detach, swap and migration at start."""
-
-    def __getattr__(self, name: str) -> Any:
-        import importlib
-
-        module = importlib.import_module(f"virtdriver.driver.{name}")
-        setattr(self, name, module)
-        return module
-
-
-_steps = _Steps()
-
-__all__ = ["DEFAULT_STATE_DIR", "HostOptions", "LibvirtVolumeDriver"]
+__all__ = ["DEFAULT_STATE_DIR", "Attachment", "HostOptions", "LibvirtVolumeDriver"]
 
 
 class LibvirtVolumeDriver:
@@ -150,9 +140,9 @@ class LibvirtVolumeDriver:
         arguments.mapping(connection_info, "connection_info")
         check_instance(instance)
         connection_info, attach_mode = normalize(connection_info, attach_mode)
-        placement = _steps.attach.Placement(attach_mode, target_dev, bus,
+        placement = attach_steps.Placement(attach_mode, target_dev, bus,
                                            device, luks_secret_uuid)
-        return _steps.attach.attach(self.hosting, connection_info, [instance], [placement])[0]
+        return attach_steps.attach(self.hosting, connection_info, [instance], [placement])[0]
 
     def attach_volume_to_many(self, connection_info: Mapping[str, Any],
                               instances: Sequence[str], *,
@@ -181,8 +171,8 @@ class LibvirtVolumeDriver:
                 check_attach_mode(mode, f"attach_mode[{i}]" if isinstance(attach_mode, Mapping)
                                   else "attach_mode")
             modes[i] = normalize(connection_info, mode)[1]
-        placements = [_steps.attach.Placement(modes[i]) for i in instances]
-        return _steps.attach.attach(self.hosting, connection_info, instances, placements,
+        placements = [attach_steps.Placement(modes[i]) for i in instances]
+        return attach_steps.attach(self.hosting, connection_info, instances, placements,
                                    progress=progress, max_parallel=max_parallel)
 
     def detach_volume(self, instance: str, volume_id: str, *, timeout: float | None = None,
@@ -198,13 +188,13 @@ class LibvirtVolumeDriver:
             arguments.mapping(connection_info, "connection_info")
         wait = self.options.detach_timeout if timeout is None else check_timeout(timeout,
                                                                                  "timeout")
-        _steps.detach.detach(self.hosting, instance, volume_id, wait, connection_info)
+        detach_steps.detach(self.hosting, instance, volume_id, wait, connection_info)
 
     def release_volume(self, volume_id: str) -> bool:
         """Release a volume's recorded host connection that no guest on this host uses (after a
         guest vanished behind the driver's back); ``False`` when nothing was recorded."""
         check_requested_volume_id(volume_id)
-        return _steps.detach.release(self.hosting, volume_id)
+        return detach_steps.release(self.hosting, volume_id)
 
     def swap_volume(self, instance: str, old_connection_info: Mapping[str, Any],
                     new_connection_info: Mapping[str, Any], *,
@@ -223,7 +213,7 @@ class LibvirtVolumeDriver:
         arguments.mapping(new_connection_info, "new_connection_info")
         wait = self.options.detach_timeout if timeout is None else check_timeout(timeout,
                                                                                  "timeout")
-        return _steps.swap.swap(self.hosting, instance, old_connection_info, new_connection_info,
+        return swap_steps.swap(self.hosting, instance, old_connection_info, new_connection_info,
                                wait, progress)
 
     def extend_volume(self, instance: str, connection_info: Mapping[str, Any],
@@ -234,11 +224,11 @@ class LibvirtVolumeDriver:
         check_instance(instance)
         arguments.mapping(connection_info, "connection_info")
         arguments.whole(new_size, "new_size", minimum=1)
-        return _steps.extend.extend_one(self.hosting, instance, connection_info, new_size)
+        return extend_steps.extend_one(self.hosting, instance, connection_info, new_size)
 
     def extend_volume_on_host(self, connection_info: Mapping[str, Any], *,
                               new_size: int | None = None,
-                              instance: str | None = None) -> ExtendResult:
+                              instance: str | None = None) -> extend_steps.ExtendResult:
         """Grow a volume for every guest on this host that uses it (or only ``instance``), after
         refreshing the host side once; ``new_size`` defaults to the size the host then sees.
         The result tells per guest what its QEMU shows (``result.complete``: all of them the
@@ -248,7 +238,7 @@ class LibvirtVolumeDriver:
             arguments.whole(new_size, "new_size", minimum=1)
         if instance is not None:
             check_instance(instance)
-        return _steps.extend.extend(self.hosting, connection_info, new_size, instance)
+        return extend_steps.extend(self.hosting, connection_info, new_size, instance)
 
     # ---- live migration (see virtdriver.driver.migrate) -------------------------------------
 
@@ -260,7 +250,7 @@ class LibvirtVolumeDriver:
         arguments.mapping(connection_info, "connection_info")
         check_instance(instance)
         connection_info, attach_mode = normalize(connection_info, attach_mode)
-        _steps.migrate.prepare_incoming(self.hosting, connection_info, instance, attach_mode)
+        migrate_steps.prepare_incoming(self.hosting, connection_info, instance, attach_mode)
 
     def incoming_xml(self, domain_xml: str,
                      connection_infos: Sequence[Mapping[str, Any]]) -> str:
@@ -268,20 +258,20 @@ class LibvirtVolumeDriver:
         if not isinstance(domain_xml, (str, bytes, bytearray)):
             arguments.text(domain_xml, "domain_xml")
         arguments.mappings(connection_infos, "connection_infos")
-        return _steps.migrate.incoming_xml(self.hosting, domain_xml, connection_infos)
+        return migrate_steps.incoming_xml(self.hosting, domain_xml, connection_infos)
 
     def abort_incoming(self, instance: str, volume_id: str) -> bool:
         """On the destination, after a failed migration: undo :meth:`prepare_incoming`."""
         check_instance(instance)
         check_requested_volume_id(volume_id)
-        return _steps.migrate.abort_incoming(self.hosting, instance, volume_id)
+        return migrate_steps.abort_incoming(self.hosting, instance, volume_id)
 
     def complete_incoming(self, instance: str, volume_id: str) -> bool:
         """On the destination, once ``instance`` arrived (a migration the caller drove): forget
         its arrival, so that it never counts as a user here again once it has left."""
         check_instance(instance)
         check_requested_volume_id(volume_id)
-        return _steps.migrate.complete_incoming(self.hosting, instance, volume_id)
+        return migrate_steps.complete_incoming(self.hosting, instance, volume_id)
 
     def finish_outgoing(self, instance: str, volume_id: str, *,
                         leftover_definition: bool = False) -> list[str]:
@@ -291,7 +281,7 @@ class LibvirtVolumeDriver:
         check_instance(instance)
         check_requested_volume_id(volume_id)
         arguments.flag(leftover_definition, "leftover_definition")
-        return _steps.migrate.finish_outgoing(self.hosting, instance, volume_id,
+        return migrate_steps.finish_outgoing(self.hosting, instance, volume_id,
                                              leftover_definition=leftover_definition)
 
     def migrate(self, instance: str, destination: LibvirtVolumeDriver,
@@ -311,7 +301,7 @@ class LibvirtVolumeDriver:
         arguments.text(uri, "uri", optional=True)
         arguments.flag(peer_to_peer, "peer_to_peer")
         arguments.function(progress, "progress", optional=True)
-        return _steps.migrate.migrate(self.hosting, destination.hosting, instance,
+        return migrate_steps.migrate(self.hosting, destination.hosting, instance,
                                      connection_infos, uri=uri, peer_to_peer=peer_to_peer,
                                      interrupts=interrupts, progress=progress)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import libvirt
@@ -34,17 +35,16 @@ from virtdriver.errors import (
 from virtdriver.hypervisor.access import why_attach_refused
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.dataid import data_identity
-from virtdriver.hypervisor.domains import DiskUse, DomainXml, ListedDomain
+from virtdriver.hypervisor.domains import DiskUse, DomainXml, HostView, ListedDomain
 from virtdriver.hypervisor.locks import GuestFile, guest_lock
 from virtdriver.hypervisor.mounts import check_guest_sees
 from virtdriver.hypervisor.targets import bus_for, pick_target
-from virtdriver.hypervisor.volume_users import HostView, Wanted
+from virtdriver.hypervisor.volume_users import Wanted
 from virtdriver.policy import check_hotplug_bus
 from virtdriver.policy.identity import alias_for
 from virtdriver.policy.sharing import refuse_attach, refuse_fan_out, users_of
 from virtdriver.render import build_disk
 from virtdriver.secrets import redact, secret_values
-from dataclasses import dataclass
 
 Progress = Callable[[str, "Attachment | Exception"], None]
 
@@ -189,17 +189,17 @@ def _attach_all(host: Host, request: VolumeRequest, targets: list[Target],
         return outcomes  # type: ignore[return-value]
     undone = {t.uuid: undo_attach(host, t.domain.listed.dom, aliases[t.uuid])
               for t in targets if t.uuid in aliases}
-    target, exc = failures[0]
-    if not isinstance(exc, VirtDriverError):
-        raise exc
+    target, failure = failures[0]
+    if not isinstance(failure, VirtDriverError):
+        raise failure
     per_guest += [_outcome(t, o, undone.get(t.uuid, True), target.name)
                   for t, o in zip(targets, outcomes)]
     if len(targets) == 1:
-        raise exc
+        raise failure
     made = len(targets) - len(failures)
     raise AttachFailed(f"attaching volume {request.vid} to {len(targets)} guests failed at "
-                       f"{target.name} ({exc}); the {made} attachment{'s' if made != 1 else ''} "
-                       "made were undone") from None
+                       f"{target.name} ({failure}); the {made} "
+                       f"attachment{'s' if made != 1 else ''} made were undone") from None
 
 
 def _attach_guest(host: Host, request: VolumeRequest, target: Target, placement: Placement,

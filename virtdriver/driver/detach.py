@@ -5,12 +5,12 @@ a leak (:func:`release`) and the removal of a failed attach (:func:`undo_attach`
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import libvirt
 
-from virtdriver import logs
 from virtdriver.config import Disk
 from virtdriver.driver.host import Host
 from virtdriver.driver.request import copy_info
@@ -26,14 +26,13 @@ from virtdriver.errors import (
     VolumeInUse,
 )
 from virtdriver.hypervisor.connection import libvirt_message
-from virtdriver.hypervisor.domains import DiskUse, DomainState, DomainXml, ListedDomain
+from virtdriver.hypervisor.domains import DiskUse, DomainState, DomainXml, HostView, ListedDomain
 from virtdriver.hypervisor.metadata import set_note
-from virtdriver.hypervisor.volume_users import HostView
 from virtdriver.policy.identity import check_requested_volume_id, volume_of_alias
 from virtdriver.policy.migration import ARRIVING
 from virtdriver.policy.sharing import still_used
 
-LOG = logs.logger("virtdriver.driver")
+LOG = logging.getLogger("virtdriver.driver")
 # libvirt's words when QEMU went away under a running call (the guest is being destroyed).
 MONITOR_CLOSED = "End of file from qemu monitor"
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, TypedDict
 
 import libvirt
 
@@ -27,12 +28,11 @@ from virtdriver.errors import (
     InvalidRequest,
     NotAttached,
 )
+from virtdriver.formatting import human
 from virtdriver.hypervisor import brick
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.domains import DiskUse
 from virtdriver.hypervisor.resize import resize_disk
-from virtdriver.units import human
-from dataclasses import asdict, dataclass
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,16 @@ class GuestSize:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+class _Attached(TypedDict):
+    """The fields of a :class:`GuestSize` that say which attachment it is."""
+
+    guest: str
+    guest_uuid: str
+    device: str
+    attach_mode: str
+    running: bool
 
 
 @dataclass(frozen=True)
@@ -162,8 +172,8 @@ def _refresh_host(host: Host, request: VolumeRequest, users: list[DiskUse]) -> i
 def _show(dom: libvirt.virDomain, use: DiskUse, new_size: int,
           current: int | None) -> GuestSize:
     mode = "ro" if use.disk.readonly else "rw"
-    base = dict(guest=use.domain_name, guest_uuid=use.domain_uuid, device=use.device,
-                attach_mode=mode, running=use.live)
+    base = _Attached(guest=use.domain_name, guest_uuid=use.domain_uuid, device=use.device,
+                     attach_mode=mode, running=use.live)
     if not use.live:
         return GuestSize(**base, size=None, how="at start", guest_notified=False)
     if current == new_size:

@@ -9,28 +9,33 @@ locks; the records only say *how* to release what an attach set up.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import logging
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import libvirt
 
-from virtdriver import logs
+from virtdriver.driver.options import HostOptions
 from virtdriver.errors import DamagedRecord, HypervisorError, LockTimeout, VirtDriverError
 from virtdriver.hypervisor.connection import Connection, libvirt_message
 from virtdriver.hypervisor.dataid import DataIdentity, identity_token
-from virtdriver.hypervisor.domains import DomainState, DomainXml, ListedDomain
-from virtdriver.hypervisor.domains import read_domains
+from virtdriver.hypervisor.domains import (
+    DomainState,
+    DomainXml,
+    HostView,
+    ListedDomain,
+    read_domains,
+)
 from virtdriver.hypervisor.locks import locks
-from virtdriver.hypervisor.volume_users import VERBATIM_TEXT, HostView
+from virtdriver.hypervisor.volume_users import VERBATIM_TEXT
 from virtdriver.policy.sharing import Use, still_used
-from virtdriver.driver.options import HostOptions
 
 if TYPE_CHECKING:  # the render path is imported by the operations that render
     from virtdriver.driver.request import VolumeRequest
     from virtdriver.hypervisor.hostconn import HostConnections, HostRecord
     from virtdriver.policy.migration import Arrival
 
-LOG = logs.logger("virtdriver.driver")
+LOG = logging.getLogger("virtdriver.driver")
 
 
 class Host:
@@ -112,7 +117,7 @@ class Host:
 
     # ---- reading the host -----------------------------------------------------------------------
 
-    def view(self, read: list[ListedDomain | DomainXml] | None = None, *,
+    def view(self, read: Sequence[ListedDomain | DomainXml] | None = None, *,
              arriving: bool = True, skip: str | None = None) -> HostView:
         """Every guest on this host, read from libvirt now (parsed only where asked), and (with
         ``arriving``) the guests expected here by live migration. ``read``: the domains, if the

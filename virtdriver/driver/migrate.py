@@ -18,6 +18,7 @@ around libvirt's ``migrate3``:
 
 from __future__ import annotations
 
+import logging
 import shlex
 import signal
 import threading
@@ -26,7 +27,6 @@ from typing import Any
 
 import libvirt
 
-from virtdriver import logs
 from virtdriver.config import Disk
 from virtdriver.config.reader import parse_xml
 from virtdriver.driver.host import Host
@@ -56,7 +56,7 @@ from virtdriver.policy.migration import MOVED, STAYED, guest_location, refuse_un
 
 __all__ = ["abort_incoming", "complete_incoming", "finish_outgoing", "incoming_xml", "migrate",
            "prepare_incoming"]
-LOG = logs.logger("virtdriver.driver")
+LOG = logging.getLogger("virtdriver.driver")
 XML_FLAGS = libvirt.VIR_DOMAIN_XML_MIGRATABLE | libvirt.VIR_DOMAIN_XML_SECURE
 
 

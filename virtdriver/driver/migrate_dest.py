@@ -9,6 +9,7 @@ guest's volumes for this host; the disk must arrive as it left (:mod:`virtdriver
 
 from __future__ import annotations
 
+import logging
 import uuid as uuidlib
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -16,12 +17,11 @@ from typing import Any
 import libvirt
 from lxml import etree
 
-from virtdriver import logs
 from virtdriver.config import Disk
 from virtdriver.config.reader import parse_xml
 from virtdriver.driver.host import Host
 from virtdriver.driver.request import VolumeRequest
-from virtdriver.errors import HostConnectFailed, MigrationRefused
+from virtdriver.errors import HostConnectFailed, InvalidRenderOption, MigrationRefused, show
 from virtdriver.hypervisor.dataid import data_identity
 from virtdriver.hypervisor.domains import DomainState
 from virtdriver.hypervisor.hostconn import HostRecord
@@ -37,7 +37,7 @@ from virtdriver.policy.migration import Arrival, refuse_arriving_over, refuse_un
 from virtdriver.policy.sharing import refuse_attach, users_of
 from virtdriver.render import build_disk
 
-LOG = logs.logger("virtdriver.driver")
+LOG = logging.getLogger("virtdriver.driver")
 #: Stands for a device path only the host connect will tell, where a disk is rendered to compare
 #: its promises before anything is connected (the source is never compared).
 NOT_CONNECTED = "/dev/virtdriver-not-connected-yet"
@@ -195,7 +195,11 @@ def arriving_disk(host: Host, request: VolumeRequest, leaving: Disk, guest: str,
     bus = target.bus if target and target.bus else "virtio"
     unit = (leaving.address.unit if bus == "scsi" and leaving.address is not None
             and leaving.address.type == "drive" else None)
-    rendered = build_disk(info, attach_mode=mode, target_dev=target.dev if target else "vdb",
+    dev = target.dev if target else "vdb"
+    if dev is None:  # a <target> without dev: refused as build_disk refuses a bad device name
+        raise InvalidRenderOption(f"target_dev: {show(dev)} is not a disk device name such as "
+                                  "vdb or sdc")
+    rendered = build_disk(info, attach_mode=mode, target_dev=dev,
                           bus=bus, device=leaving.device or "disk",
                           scsi_unit=int(unit) if unit is not None and unit.isdigit() else None,
                           alias=leaving.alias.name if leaving.alias else None,

@@ -7,13 +7,14 @@ it runs here, not when it is merely shut off here).
 
 from __future__ import annotations
 
-from virtdriver import logs
+import logging
+
 from virtdriver.driver.host import Host
 from virtdriver.hypervisor.domains import DomainState
 from virtdriver.policy.identity import check_instance, check_requested_volume_id
 from virtdriver.policy.migration import refuse_finish, refuse_leaving
 
-LOG = logs.logger("virtdriver.driver")
+LOG = logging.getLogger("virtdriver.driver")
 
 
 def finish_outgoing(host: Host, instance: str, volume_id: str, *,

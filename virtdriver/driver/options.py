@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +13,6 @@ from virtdriver.errors import InvalidRenderOption, show
 from virtdriver.hostfiles import setting
 from virtdriver.hypervisor.locks import DEFAULT_TIMEOUT, NOTICE_AFTER
 from virtdriver.policy import check_option_text
-from dataclasses import dataclass
 
 if TYPE_CHECKING:
     from virtdriver.volume.base import RenderOptions

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from virtdriver.config import Disk
@@ -12,7 +13,6 @@ from virtdriver.hypervisor.dataid import DataIdentity, data_identity, identity_t
 from virtdriver.policy.attach import effective_attach_mode
 from virtdriver.render import build_disk, check_nesting, volume_id
 from virtdriver.shapes import normalize
-from dataclasses import dataclass
 from virtdriver.volume import RenderOptions, VolumeDriver, get_driver
 
 
@@ -49,7 +49,7 @@ class VolumeRequest:
 
     @property
     def data(self) -> dict[str, Any]:
-        return self.info["data"]  # type: ignore[no-any-return]
+        return self.info["data"]
 
     def data_before_connect(self) -> DataIdentity | None:
         """The data's identity as far as it is known before the host connects it: the protocol's

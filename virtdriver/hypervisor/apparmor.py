@@ -16,13 +16,12 @@ read-only disks that still have a writable one (for audit).
 
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 from pathlib import Path
 
-from virtdriver import logs
-
-LOG = logs.logger("virtdriver.apparmor")
+LOG = logging.getLogger("virtdriver.apparmor")
 
 HELPER_PATHS = ("/usr/lib/libvirt/virt-aa-helper", "/usr/libexec/virt-aa-helper",
                 "/usr/lib64/libvirt/virt-aa-helper")

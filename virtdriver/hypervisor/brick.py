@@ -163,8 +163,8 @@ NVME_FABRICS_CTL = Path("/sys/class/nvme-fabrics/ctl")
 def _nvme_subsystems(properties: dict[str, Any]) -> set[str]:
     """The subsystem NQNs an NVMe-oF connection_info names (its replicas' too)."""
     targets = [properties, *(properties.get("volume_replicas") or [])]
-    return {t.get("target_nqn") or t.get("nqn") for t in targets
-            if isinstance(t, dict) and (t.get("target_nqn") or t.get("nqn"))}
+    return {nqn for t in targets
+            if isinstance(t, dict) and (nqn := t.get("target_nqn") or t.get("nqn"))}
 
 
 def _nvme_controllers(nqns: set[str]) -> set[str]:

@@ -16,7 +16,7 @@ import libvirt
 from virtdriver.config import Disk, DomainDisks
 from virtdriver.hypervisor.dataid import DataIdentity, data_identity
 from virtdriver.hypervisor.metadata import NS, parse_notes
-from virtdriver.hypervisor.volume_users import HostView, Wanted, XmlFacts
+from virtdriver.hypervisor.volume_users import Wanted, XmlFacts
 from virtdriver.policy.identity import names_guest, volume_of_alias
 from virtdriver.policy.sharing import Use
 from dataclasses import dataclass, field, replace
@@ -285,3 +285,41 @@ def host_disks(conn: libvirt.virConnect) -> list[DiskUse]:
 def domain_disks(dom: libvirt.virDomain) -> list[DiskUse]:
     """Every disk of one domain (live and persistent)."""
     return DomainState.read(dom).disks
+
+
+@dataclass(frozen=True)
+class HostView:
+    """Every domain of the host as read once (its XML, live and defined), each parsed only when
+    it is asked about and could matter."""
+
+    domains: list[DomainXml]
+    # Users libvirt does not list (yet): guests expected here by live migration.
+    arriving: list[Use] = field(default_factory=list)
+    # The host-connection records' file names, as listed to find those arrivals (None: not
+    # listed). Under a volume's lock they say whether that volume has a record.
+    records: frozenset[str] | None = None
+    # Path identities found while looking, and the answers given: one read of the host is asked
+    # about the same volume and data more than once (before the connect, then per guest).
+    _paths: dict[str, DataIdentity] = field(default_factory=dict, repr=False,
+                                                        compare=False)
+    _answers: dict[tuple[str | None, DataIdentity | None], list[Use]] = field(
+        default_factory=dict, repr=False, compare=False)
+
+    def states(self) -> list[DomainState]:
+        """Every domain, parsed."""
+        return [d.parsed for d in self.domains]
+
+    def present(self) -> list[tuple[str, str]]:
+        """(name, UUID) of every domain."""
+        return [(d.listed.name, d.listed.uuid) for d in self.domains]
+
+    def uses(self, volume: str | None, data: DataIdentity | None) -> list[Use]:
+        """Every disk on the host that is ``volume`` or holds ``data``, live or defined. Only
+        the domains whose XML text can hold one (:class:`Wanted`) are parsed."""
+        answer = self._answers.get((volume, data))
+        if answer is None:
+            wanted = Wanted(volume, data, self._paths)
+            answer = self._answers[(volume, data)] = wanted.uses(
+                [u for d in self.domains if d.may_use(wanted) for u in d.parsed.uses()]
+                + self.arriving)
+        return list(answer)

@@ -8,10 +8,9 @@ therefore called before any connection is opened.
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass, field
 
 import libvirt
-
-from dataclasses import dataclass, field
 
 _loop_lock = threading.Lock()
 _loop_started = False

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,8 @@ from virtdriver.hostfiles import read_bytes
 from virtdriver.hypervisor import brick, mounts
 from virtdriver.hypervisor.locks import file_token
 from virtdriver.policy.migration import Arrival
-from virtdriver.volume.base import HostSecret
 from virtdriver.secrets import without_secrets
-from dataclasses import dataclass, field, fields
+from virtdriver.volume.base import HostSecret
 
 
 @dataclass

@@ -24,18 +24,18 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from virtdriver import logs
 from virtdriver.errors import LockTimeout, StateError
 from virtdriver.policy.identity import encode_volume_id
 
 DEFAULT_TIMEOUT = 300.0  # seconds; a host connect (an iSCSI scan) can take minutes
 NOTICE_AFTER = 2.0  # seconds of waiting for a lock before the wait is said
-LOG = logs.logger("virtdriver.locks")
+LOG = logging.getLogger("virtdriver.locks")
 MAX_NAME = 160  # characters of an encoded id kept in a file name; longer ids are hashed
 GENERATION_WIDTH = 20  # digits, written in place with one pwrite
 

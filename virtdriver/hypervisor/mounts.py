@@ -13,16 +13,16 @@ it already sits on a shared mount. Guests started before that still cannot see s
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import re
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
-from virtdriver import logs
 from virtdriver.errors import HostConnectFailed
-from dataclasses import dataclass
 
-LOG = logs.logger(__name__)
+LOG = logging.getLogger(__name__)
 MOUNTINFO = Path("/proc/self/mountinfo")
 _OCTAL = re.compile(r"\\([0-7]{3})")
 

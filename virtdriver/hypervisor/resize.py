@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import secrets
 import shlex
+from dataclasses import dataclass
 from typing import Any
 
 import libvirt
@@ -37,7 +38,6 @@ import libvirt_qemu
 from virtdriver.config import Disk
 from virtdriver.errors import HypervisorError
 from virtdriver.hypervisor.connection import libvirt_message
-from dataclasses import dataclass
 
 REOPENABLE = ("host_device", "file")  # protocol nodes whose size is read when they are opened
 
@@ -133,21 +133,21 @@ def _without_name(props: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in props.items() if k not in ("node-name", "file")}
 
 
-def _root_node(dom: libvirt.virDomain, alias: str) -> str:
+def _root_node(dom: libvirt.virDomain, alias: str | None) -> str:
     for entry in _qmp(dom, "query-block"):
         if _is_device(entry, alias) and entry.get("inserted"):
             return str(entry["inserted"]["node-name"])
     raise HypervisorError(f"QEMU of {dom.name()} has no block device {alias}")
 
 
-def _device_size(dom: libvirt.virDomain, alias: str) -> int:
+def _device_size(dom: libvirt.virDomain, alias: str | None) -> int:
     for entry in _qmp(dom, "query-block"):
         if _is_device(entry, alias) and entry.get("inserted"):
             return int(entry["inserted"]["image"]["virtual-size"])
     raise HypervisorError(f"QEMU of {dom.name()} has no block device {alias}")
 
 
-def _is_device(entry: dict[str, Any], alias: str) -> bool:
+def _is_device(entry: dict[str, Any], alias: str | None) -> bool:
     # SCSI disks: "ua-x"; virtio-blk: "/machine/peripheral/ua-x/virtio-backend".
     qdev = str(entry.get("qdev", ""))
     return bool(alias) and (qdev == alias or alias in qdev.split("/"))

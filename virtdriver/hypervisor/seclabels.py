@@ -11,6 +11,7 @@ which leaves the running guest as it is: the next start uses the repaired defini
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 
 import libvirt
 from lxml import etree
@@ -18,7 +19,6 @@ from lxml import etree
 from virtdriver.config.reader import parse_xml
 from virtdriver.errors import HypervisorError
 from virtdriver.hypervisor.connection import libvirt_message
-from dataclasses import dataclass
 
 _XPATH = "./devices/disk/source/seclabel[@model] | ./devices/disk/source/*/seclabel[@model]"
 

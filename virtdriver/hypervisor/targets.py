@@ -5,9 +5,9 @@ from __future__ import annotations
 import string
 from collections.abc import Iterable
 
+from virtdriver.config import Disk
 from virtdriver.errors import AttachFailed
 from virtdriver.render import BUS_PREFIX, MAX_SCSI_UNIT
-from virtdriver.config import Disk
 
 
 def device_names(prefix: str) -> Iterable[str]:

@@ -104,8 +104,8 @@ class LibvirtDriver(nova_driver.LibvirtDriver):
             return
         super()._set_cache_mode(conf)
 
-    def _should_disconnect_target(self, context, instance, multiattach, vol_driver,
-                                  volume_id):  # type: ignore[no-untyped-def]
+    def _should_disconnect_target(self, context: Any, instance: Any, multiattach: bool,
+                                  vol_driver: Any, volume_id: str | None) -> bool:
         if not isinstance(vol_driver, VirtdriverRendering):
             # A type virtdriver does not render is nova's from attach to release: nova's disk,
             # without virtdriver's identity or sharing policy, so nova's decision too.
@@ -130,8 +130,8 @@ class LibvirtDriver(nova_driver.LibvirtDriver):
             return False
         return True
 
-    def _resize_attached_volume(self, new_size, block_device,
-                                instance):  # type: ignore[no-untyped-def]
+    def _resize_attached_volume(self, new_size: int, block_device: Any,
+                                instance: Any) -> None:
         # nova's own resize first (``block_device.resize``: libvirt's block resize), so nova's
         # contract holds; libvirt refuses a read-only disk (``can't resize empty or readonly
         # disk``, before it touches anything), and only then is a read-only disk's QEMU node

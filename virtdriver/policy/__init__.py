@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from virtdriver.policy.attach import (
         ATTACH_MODES,
         LABEL_POLICIES,
-        THROTTLE_MAX,
         RELABEL_MODELS,
+        THROTTLE_MAX,
         apply_policy,
         check_attach_mode,
         check_block_device_attach_mode,

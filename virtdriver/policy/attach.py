@@ -66,7 +66,7 @@ def check_attach_mode(mode: object, where: str = "attach_mode") -> str:
     """``mode`` if it is ``ro`` or ``rw``; :class:`InvalidAttachMode` otherwise."""
     if mode not in ATTACH_MODES:
         raise InvalidAttachMode(f"{where}: {show(mode)} is not an attach mode (use 'ro' or 'rw')")
-    return mode  # type: ignore[return-value]
+    return mode
 
 
 def effective_attach_mode(requested: object, access_mode: object) -> str:

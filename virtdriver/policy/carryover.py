@@ -18,11 +18,11 @@ arrive as it left, in one of two ways:
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import fields, replace
 from typing import Any, Final
 
 from virtdriver.config import Disk
 from virtdriver.errors import MigrationRefused
-from dataclasses import fields, replace
 
 CARRIED: Final = ("target", "address", "alias", "boot", "encryption",
                   "driver (cache, io, error policies, iothread, queues, detect_zeroes, "

@@ -21,13 +21,12 @@ alone: an interrupt or a lost host can come at any moment.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from virtdriver.errors import MigrationRefused, show
 from virtdriver.policy.identity import names_guest
 from virtdriver.policy.sharing import DIRECT_CACHE_MODES, Use
-from dataclasses import dataclass
-
 
 ARRIVING = " (arriving by live migration)"  # how an arriving guest is named among users
 

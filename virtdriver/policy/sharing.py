@@ -13,15 +13,15 @@ with equal ``data`` are the same bytes whatever their paths or volume ids say.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Final, Hashable
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Final
 
 from virtdriver.errors import (
     InvalidAttachRequest,
     MultiattachNotSupported,
     VolumeInUse,
 )
-from dataclasses import dataclass
 
 DIRECT_CACHE_MODES: Final = ("none", "directsync")
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 
 from virtdriver.errors import SwapRefused, VolumeInUse
+from virtdriver.formatting import human
 from virtdriver.policy.sharing import Use, users_of
-from virtdriver.units import human
 
 
 def _guests(uses: Sequence[Use]) -> str:

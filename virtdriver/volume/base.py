@@ -22,15 +22,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from virtdriver.config import Source
-from virtdriver.answers import ValidAnswers
 from virtdriver.errors import InvalidConnectionInfo, show
-from dataclasses import dataclass, field
+
 # host_name is part of this contract too (protocol modules and plugins import it from here); the
 # one rule for host names and addresses lives in hostname.py.
-from virtdriver.volume.hostname import host_name, split_host_port  # noqa: F401
+from virtdriver.volume.hostname import host_name as host_name
+from virtdriver.volume.hostname import split_host_port
 
 DATA = "connection_info.data"
 
@@ -248,15 +249,8 @@ def auth_username(data: Mapping[str, Any]) -> str:
 
 def split_portal(portal: str, where: str) -> tuple[str, int | None]:
     """``192.0.2.5:3260`` or ``[2001:db8::5]:3260`` into host and port."""
-    known = _PORTALS.get(portal)
-    if known is not None:
-        return known
     host, port = split_host_port(portal, where)
-    return _PORTALS.keep(portal, (host, port_number(port, where)))
-
-
-# Portals already split and found valid: every render of an iSCSI volume checks its portal.
-_PORTALS: ValidAnswers[str, tuple[str, int | None]] = ValidAnswers(str, 4096)
+    return host, port_number(port, where)
 
 
 def disk_format(data: Mapping[str, Any]) -> str:

@@ -1,8 +1,8 @@
 """Fibre Channel LUNs found by the host's HBAs: a host block device at ``data.device_path``."""
 
 from virtdriver.volume import probes
-from virtdriver.volume.block import HostBlockDeviceDriver
 from virtdriver.volume.base import NovaBinding
+from virtdriver.volume.block import HostBlockDeviceDriver
 
 
 class FibreChannelVolumeDriver(HostBlockDeviceDriver):

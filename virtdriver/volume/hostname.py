@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from virtdriver.answers import ValidAnswers
 from virtdriver.errors import InvalidConnectionInfo, show
 
 MAX_HOST_NAME = 253
@@ -69,21 +68,12 @@ def host_name(value: Any, where: str) -> str:
     problem = host_problem(value)
     if problem is not None:
         raise InvalidConnectionInfo(where, f"{show(value)} {problem}")
-    return value[1:-1] if value.startswith("[") else value  # type: ignore[no-any-return]
-
-
-# Texts already split and found valid (a portal's check was 13% of a render).
-_SPLIT: ValidAnswers[str, tuple[str, str | None]] = ValidAnswers(str, 4096)
+    return value[1:-1] if value.startswith("[") else value
 
 
 def split_host_port(text: str, where: str) -> tuple[str, str | None]:
     """``host:port``, ``[v6]:port``, a bare host or a bare IPv6 address into host and port text
     (the host checked, the port not)."""
-    known = _SPLIT.get(text)
-    return known if known is not None else _SPLIT.keep(text, _split_host_port(text, where))
-
-
-def _split_host_port(text: str, where: str) -> tuple[str, str | None]:
     if text.startswith("["):
         host, sep, rest = text[1:].partition("]")
         if not sep or (rest and not rest.startswith(":")):

@@ -16,7 +16,7 @@ import libvirt
 from lxml import etree
 
 from virtdriver.attachment import Attachment
-from virtdriver.cinder import Cinder
+from virtdriver.cinder.client import Cinder
 from virtdriver.errors import CinderError, HypervisorError, VirtDriverError
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.metadata import write_element

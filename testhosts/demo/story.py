@@ -1,8 +1,8 @@
 """A two-minute story on real guests: one multiattach volume, two KVM guests, no OS needed.
 
-    python -m virtdriver.demo            # through qemu:///embed (no daemon), else qemu:///system
-    python -m virtdriver.demo --uri qemu:///system
-    python -m virtdriver.demo --guest-view   # two small Linux guests, and lines from inside
+    python -m testhosts.demo            # through qemu:///embed (no daemon), else qemu:///system
+    python -m testhosts.demo --uri qemu:///system
+    python -m testhosts.demo --guest-view   # two small Linux guests, and lines from inside
 
 Two OS-less guests are started; a loop device over a sparse file becomes a multiattach volume,
 attached read-write to the first and read-only to the second through
@@ -11,7 +11,7 @@ attached read-write to the first and read-only to the second through
 it, its own write is refused, a detach leaves the other attachment working, and the last detach
 releases the host connection. Everything made is removed again, on failure and Ctrl-C too.
 With ``--guest-view`` the guests are the project's small Linux test guest and each step adds
-what the guests' own kernels say (:mod:`virtdriver.demo_view`; some 20 s more).
+what the guests' own kernels say (:mod:`testhosts.demo.view`; some 20 s more).
 
 The embedded driver takes over every ``qemu:///`` URI of its process: run this in a process of its
 own (a subprocess in tests), never inside another libvirt user.
@@ -42,30 +42,20 @@ os.environ.setdefault("LIBVIRT_LOG_OUTPUTS", "4:file:/dev/null")
 
 import libvirt  # noqa: E402
 
+from testhosts.guests import (  # noqa: E402
+    EMBED_QEMU_CONF,
+    SYSTEM_URI,
+    Guests,
+    LoopDevice,
+    LoopDeviceError,
+    QemuIoError,
+    ReadOnlyWrite,
+    ensure_event_loop,
+    prepare_embed_root,
+    read_pattern,
+    write_pattern,
+)
 from virtdriver.errors import VirtDriverError, VolumeInUse  # noqa: E402
-
-# The demo's guests come from the test hosts (testhosts/guests: OS-less guests, loop devices,
-# qemu-io), which a source checkout has and the product wheel does not install.
-try:
-    from testhosts.guests import (
-        EMBED_QEMU_CONF,
-        SYSTEM_URI,
-        Guests,
-        LoopDevice,
-        LoopDeviceError,
-        QemuIoError,
-        ReadOnlyWrite,
-        ensure_event_loop,
-        prepare_embed_root,
-        read_pattern,
-        write_pattern,
-    )
-except ModuleNotFoundError as exc:  # pragma: no cover - a wheel install without the checkout
-    if exc.name is None or not exc.name.startswith("testhosts"):
-        raise
-    raise SystemExit("virtdriver demo: needs the test hosts (testhosts/guests) of a virtdriver source "
-                     "checkout; run ./scripts/demo.sh there, or python -m virtdriver.demo from its "
-                     "top directory") from None
 
 VOLUME_BYTES = 32 * 1024 * 1024
 PATTERN = 0x5A
@@ -121,7 +111,7 @@ class Workspace:
         return self.guests.start(name, persistent=False)  # transient: destroyed is gone
 
     def start_linux_guests(self, *names: str) -> list[libvirt.virDomain]:
-        from virtdriver import demo_view
+        from testhosts.demo import view as demo_view
 
         root = demo_view.image()
         assert self.conn is not None
@@ -185,7 +175,7 @@ ATTACHMENT_COLUMNS = [("server_name", "Guest"), ("device", "Device"), ("attach_m
 
 
 def attachments_table(driver: Any, guests: Sequence[str]) -> list[str]:
-    from virtdriver.tables import table_lines
+    from virtdriver.formatting import table_lines
 
     rows = [a.to_api() | {"shareable": "yes" if a.shareable else "no"}
             for g in guests for a in driver.list_attachments(g)]
@@ -314,7 +304,7 @@ def _stop_if_interrupted() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m virtdriver.demo",
+        prog="python -m testhosts.demo",
         description="Share one volume between two running guests, read-write and read-only.")
     parser.add_argument("--uri", help="libvirt URI (default: qemu:///embed in a temporary root, "
                                       "else qemu:///system)")

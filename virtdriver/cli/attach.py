@@ -1,7 +1,7 @@
 """The ``virtdriver`` commands that talk to libvirt: attach, attach-many, detach, release, list,
 capabilities -- and the options and helpers every host command shares (``cli_migrate`` too).
 
-Registered by :func:`add_hypervisor_commands` (listed in ``virtdriver.cli.COMMANDS``).
+Registered by :func:`add_hypervisor_commands` (listed in ``virtdriver.cli.commands.COMMANDS``).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import Any
 
-from virtdriver.cli_io import UsageError, as_json, read_volume, say
+from virtdriver.cli.streams import UsageError, as_json, read_volume, say
 
 DEFAULT_TARGET = {"virtio": "vdb", "scsi": "sdb", "sata": "sdb", "usb": "sdb", "ide": "hdb"}
 
@@ -101,8 +101,8 @@ def _attach(args: argparse.Namespace) -> int:
     if args.cinder is not None or args.volume is not None:
         if args.cinder is None or args.volume is None or args.connection_info is not None:
             raise UsageError("attach: give CONNECTION_INFO, or --cinder URL with --volume ID")
-        from virtdriver import cinder_flow
-        from virtdriver.cinder import Cinder
+        from virtdriver.cinder import flow as cinder_flow
+        from virtdriver.cinder.client import Cinder
         from virtdriver.policy import check_attach_mode
         from virtdriver.policy.identity import check_requested_volume_id
 
@@ -163,7 +163,7 @@ def _attach_many(args: argparse.Namespace) -> int:
 
 
 def _detach(args: argparse.Namespace) -> int:
-    from virtdriver import cinder_flow
+    from virtdriver.cinder import flow as cinder_flow
 
     att_id = cinder_flow.detach(driver_for(args), args.domain, args.volume_id, args.cinder,
                                 timeout=args.timeout)

@@ -1,6 +1,6 @@
 """Operator commands of the ``virtdriver`` CLI: ``doctor``, ``audit`` and ``repair-labels``.
 
-Registered by :func:`add_operator_commands` (listed in ``virtdriver.cli.COMMANDS``). doctor and
+Registered by :func:`add_operator_commands` (listed in ``virtdriver.cli.commands.COMMANDS``). doctor and
 audit exit 0 when all is well and 1 when something is wrong on the host (multiattach cannot work;
 a volume is in danger), so they can gate a deployment or run from cron.
 """
@@ -10,17 +10,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from virtdriver.cli_host import add_lock_timeout
-from virtdriver.cli_io import as_json, say
-from virtdriver.tables import table_lines  # noqa: F401 - used by the demo and doctor
+from virtdriver.cli.attach import add_lock_timeout
+from virtdriver.cli.streams import as_json, say
+from virtdriver.formatting import table_lines  # noqa: F401 - used by the demo and doctor
 
 EXIT_OK = 0
 EXIT_PROBLEM = 1
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from virtdriver.doctor import diagnose, format_report
     from virtdriver.driver import LibvirtVolumeDriver
+    from virtdriver.ops.doctor import diagnose, format_report
 
     driver = LibvirtVolumeDriver(args.connect, state_dir=args.state_dir,
                                  mount_base=args.mount_base, native_iscsi=args.native_iscsi,
@@ -35,15 +35,15 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from virtdriver.audit import audit_host, format_report
     from virtdriver.hypervisor.connection import Connection
+    from virtdriver.ops.audit import audit_host, format_report
 
     connection = Connection(args.connect)
     try:
         report = audit_host(connection.get(), args.state_dir)
         if args.cinder:
-            from virtdriver.audit_cinder import add_cinder_dangers
-            from virtdriver.cinder import Cinder
+            from virtdriver.cinder.audit import add_cinder_dangers
+            from virtdriver.cinder.client import Cinder
 
             add_cinder_dangers(report, connection.get(), Cinder(args.cinder))
     finally:

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from virtdriver.doctor.probes import (
+from virtdriver.ops.doctor.initiators import initiator_checks
+from virtdriver.ops.doctor.probes import (
     connector_check,
     directory_checks,
     hypervisor_checks,
-    image_contexts,
     kvm_check,
     open_libvirt,
     security_driver_check,
@@ -26,11 +26,11 @@ from virtdriver.doctor.probes import (
     selinux_checks,
     selinux_mode,
 )
-from virtdriver.doctor.initiators import initiator_checks
-from virtdriver.doctor.report import format_report
-from virtdriver.doctor.reservations import reservations_check
-from virtdriver.doctor.storage import propagation_check, protocol_checks
-from virtdriver.doctor.verdict import STATUSES, Check, DoctorReport, Status
+from virtdriver.ops.doctor.report import format_report
+from virtdriver.ops.doctor.reservations import reservations_check
+from virtdriver.ops.doctor.storage import propagation_check, protocol_checks
+from virtdriver.ops.doctor.verdict import STATUSES, Check, DoctorReport, Status
+from virtdriver.selinux import image_contexts
 
 if TYPE_CHECKING:
     from virtdriver.driver import LibvirtVolumeDriver

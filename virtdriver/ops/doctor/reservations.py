@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from virtdriver.doctor.verdict import Check
+from virtdriver.ops.doctor.verdict import Check, Status
 
 QEMU_CONF = Path("/etc/libvirt/qemu.conf")
 DEFAULT_PR_HELPER = "qemu-pr-helper"
@@ -54,6 +54,6 @@ def reservations_check(facts: dict[str, Any], qemu_block_drivers: set[str],
     iscsi = ("QEMU-native iSCSI: yes (libiscsi; the target sees the initiator name "
              "each guest's QEMU logs in as)" if native
              else "QEMU-native iSCSI: no (QEMU's iscsi driver missing: qemu-block-extra)")
-    status = "ok" if where and native else "warn"
+    status: Status = "ok" if where and native else "warn"
     return Check("storage", "reservations", status, f"SCSI persistent reservations on "
                  f"device='lun': {block}; {iscsi}")

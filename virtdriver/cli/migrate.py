@@ -11,15 +11,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from virtdriver.cli_io import say
+from virtdriver.cli.streams import say
 
 
 def _migrate(args: argparse.Namespace) -> int:
     import sys
 
-    from virtdriver.cli_host import driver_for
-    from virtdriver.cli_io import read_volume
-    from virtdriver.cli_progress import JobProgress
+    from virtdriver.cli.attach import driver_for
+    from virtdriver.cli.progress import JobProgress
+    from virtdriver.cli.streams import read_volume
     from virtdriver.driver import LibvirtVolumeDriver
     from virtdriver.driver.interrupts import Interrupts
 
@@ -52,8 +52,8 @@ def _dest_options(source: Any, args: argparse.Namespace) -> Any:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from virtdriver.cli_host import driver_for
-    from virtdriver.cli_io import read_volume
+    from virtdriver.cli.attach import driver_for
+    from virtdriver.cli.streams import read_volume
 
     info, mode = read_volume(args.connection_info, args.attach_mode)
     driver_for(args).prepare_incoming(info, args.domain, mode)
@@ -62,7 +62,7 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _finish(args: argparse.Namespace) -> int:
-    from virtdriver.cli_host import driver_for
+    from virtdriver.cli.attach import driver_for
 
     users = driver_for(args).finish_outgoing(args.domain, args.volume_id,
                                              leftover_definition=args.leftover_definition)
@@ -75,7 +75,7 @@ def _finish(args: argparse.Namespace) -> int:
 
 
 def _complete(args: argparse.Namespace) -> int:
-    from virtdriver.cli_host import driver_for
+    from virtdriver.cli.attach import driver_for
 
     if driver_for(args).complete_incoming(args.domain, args.volume_id):
         say(f"Guest {args.domain} arrived: volume {args.volume_id} is its own disk here now")
@@ -85,7 +85,7 @@ def _complete(args: argparse.Namespace) -> int:
 
 
 def _abort(args: argparse.Namespace) -> int:
-    from virtdriver.cli_host import driver_for
+    from virtdriver.cli.attach import driver_for
 
     if driver_for(args).abort_incoming(args.domain, args.volume_id):
         say(f"Preparation of volume {args.volume_id} for {args.domain} undone")
@@ -95,7 +95,7 @@ def _abort(args: argparse.Namespace) -> int:
 
 
 def add_migration_commands(sub: Any) -> None:
-    from virtdriver.cli_host import add_attach_mode, add_host_options, add_lock_timeout
+    from virtdriver.cli.attach import add_attach_mode, add_host_options, add_lock_timeout
 
     p = sub.add_parser(
         "migrate", help="live-migrate a guest and its volumes to another host",

@@ -6,9 +6,8 @@ than it could (no KVM, no initiator for a protocol, shares that would not reach 
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
-
 from dataclasses import asdict, dataclass
+from typing import Any, Final, Literal
 
 Status = Literal["ok", "warn", "fail"]
 STATUSES: Final = ("ok", "warn", "fail")

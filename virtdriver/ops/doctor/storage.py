@@ -21,10 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from virtdriver.doctor.probes import _run
-from virtdriver.doctor.verdict import Check, Status
 from virtdriver.errors import VirtDriverError
 from virtdriver.hypervisor import mounts
+from virtdriver.ops.doctor.probes import _run
+from virtdriver.ops.doctor.verdict import Check, Status
 from virtdriver.volume.registry import get_driver, known_types
 
 PROPAGATION = "mount propagation"

@@ -87,13 +87,13 @@ class Cinder:
     # ---- volumes and attachments ------------------------------------------------------------
 
     def volume(self, volume_id: str) -> dict[str, Any]:
-        return self.call("GET", f"/volumes/{volume_id}")["volume"]  # type: ignore[no-any-return]
+        return self.call("GET", f"/volumes/{volume_id}")["volume"]
 
     def create_attachment(self, volume_id: str, connector: Mapping[str, Any],
                           mode: str) -> dict[str, Any]:
         """``POST /attachments`` with this host's connector; the whole record
         (``{"attachment": {...}}``). No ``instance_uuid``: deleting it then asks no nova."""
-        return self.call("POST", "/attachments", {"attachment": {  # type: ignore[no-any-return]
+        return self.call("POST", "/attachments", {"attachment": {
             "volume_uuid": volume_id, "connector": dict(connector), "mode": mode}})
 
     def complete_attachment(self, attachment_id: str) -> None:

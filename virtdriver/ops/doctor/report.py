@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from virtdriver.doctor.verdict import DoctorReport
+from virtdriver.ops.doctor.verdict import DoctorReport
 
 
 def format_report(report: DoctorReport) -> str:

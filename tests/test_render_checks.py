@@ -1,29 +1,15 @@
-"""Answers kept for inputs once found valid (``virtdriver/answers.py``): never a refusal, only
-keys of exactly the declared type, at most ``limit`` of them; and the render paths that use it
-still refuse an invalid portal, share host or QoS limit every time."""
+"""The render's checks of portals, targets and host options hold on every call, repeated."""
 
 from __future__ import annotations
 
 import pytest
 
-from virtdriver.answers import ValidAnswers
 from virtdriver.errors import InvalidConnectionInfo
 from virtdriver.volume.base import split_portal
 
 
 class Text(str):
     pass
-
-
-def test_kept_only_for_exact_keys_and_up_to_the_limit() -> None:
-    answers: ValidAnswers[str, int] = ValidAnswers(str, 2)
-    assert answers.get("a") is None
-    assert answers.keep("a", 1) == 1 and answers.get("a") == 1
-    assert answers.keep(Text("b"), 2) == 2 and answers.get(Text("b")) is None  # a subclass
-    assert answers.get(["unhashable"]) is None  # an input of another type is never looked up
-    answers.keep("b", 2)
-    answers.keep("c", 3)  # full: answered, not kept
-    assert (answers.get("b"), answers.get("c"), len(answers)) == (2, None, 2)
 
 
 def test_an_invalid_portal_is_refused_every_time_a_valid_one_is_answered_again() -> None:

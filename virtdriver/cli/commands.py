@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -18,19 +19,28 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
-from virtdriver.cli_host import DEFAULT_TARGET, add_attach_mode, add_host_options
-from virtdriver.cli_host import add_hypervisor_commands, unit_number
-from virtdriver.cli_migrate import add_migration_commands
-from virtdriver.cli_ops import add_operator_commands as _add_operator_commands
-from virtdriver.cli_volume import add_volume_commands
-from virtdriver.cli_io import UsageError, emit, fail, finish_output, read_volume
-from virtdriver.cli_io import flush_before_error, output_closed, prepare_output
-from virtdriver import logs
+from virtdriver.cli.attach import (
+    DEFAULT_TARGET,
+    add_attach_mode,
+    add_host_options,
+    add_hypervisor_commands,
+    unit_number,
+)
+from virtdriver.cli.migrate import add_migration_commands
+from virtdriver.cli.ops import add_operator_commands as _add_operator_commands
+from virtdriver.cli.streams import (
+    UsageError,
+    emit,
+    fail,
+    finish_output,
+    flush_before_error,
+    output_closed,
+    prepare_output,
+    read_volume,
+)
+from virtdriver.cli.swap_extend import add_volume_commands
 from virtdriver.errors import VirtDriverError
 
-# Commands during which nothing but virtdriver's own loggers can log: logging is set up (and
-# imported) when one of those is first used, not at the start.
-QUIET_STARTS = ("render", "list")
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 TERMINATIONS = (signal.SIGTERM, signal.SIGHUP)
@@ -40,26 +50,6 @@ TERMINATIONS = (signal.SIGTERM, signal.SIGHUP)
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(message)
-
-    def _get_formatter(self) -> argparse.HelpFormatter:
-        # argparse makes a formatter for every argument it adds (to check its metavar), and a
-        # formatter without a width imports shutil (bz2, lzma) to size the terminal: the width
-        # is found here the way shutil.get_terminal_size finds it.
-        return self.formatter_class(prog=self.prog, width=_terminal_width() - 2)
-
-
-def _terminal_width() -> int:
-    """$COLUMNS, else the terminal's width, else 80 (as shutil.get_terminal_size says)."""
-    try:
-        columns = int(os.environ.get("COLUMNS", "0"))
-    except ValueError:
-        columns = 0
-    if columns <= 0:
-        try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
-        except (AttributeError, ValueError, OSError):
-            columns = 0
-    return columns or 80
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -111,43 +101,8 @@ COMMANDS: list[Callable[[Any], None]] = [_add_render, add_hypervisor_commands,
                                           add_migration_commands]
 
 
-class _Unused:
-    """Stands in for the parser of a command not asked for: takes every declaration, builds
-    nothing (argparse formats help for each argument it is given: ~5 ms for all commands)."""
-
-    def __getattr__(self, name: str) -> Callable[..., _Unused]:
-        return lambda *args, **kwargs: self
-
-
-class _OnlyCommand:
-    """The subparsers action, letting only ``wanted`` be built."""
-
-    def __init__(self, sub: Any, wanted: str) -> None:
-        self._sub = sub
-        self._wanted = wanted
-
-    def add_parser(self, name: str, **kwargs: Any) -> Any:
-        return self._sub.add_parser(name, **kwargs) if name == self._wanted else _Unused()
-
-
-GLOBAL_WITH_VALUE = ("-c", "--connect", "--state-dir")
-
-
-def command_of(argv: Sequence[str]) -> str | None:
-    """The command named in ``argv`` by a plain reading (global options skipped), or None."""
-    tokens = iter(argv)
-    for token in tokens:
-        if token in GLOBAL_WITH_VALUE:
-            next(tokens, None)
-        elif token == "--":
-            return next(tokens, None)
-        elif not token.startswith("-"):
-            return token
-    return None
-
-
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The whole command line; with ``only``, just that command's parser is built."""
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line."""
     parser = _Parser(
         prog="virtdriver",
         description="Attach block-storage volumes to libvirt/KVM guests, multiattach done right.",
@@ -161,27 +116,17 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for add in COMMANDS:
-        add(sub if only is None else _OnlyCommand(sub, only))
+        add(sub)
     return parser
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    """``argv`` parsed by a parser holding only the command it names; by the whole one when
-    that does not give this command (an abbreviated global option read as the command, an
-    error: the whole parser then says it exactly as it would have)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    wanted = command_of(argv)
-    if wanted is not None:
-        try:
-            args = build_parser(only=wanted).parse_args(argv)
-            if args.command == wanted:
-                return args
-        except UsageError:
-            pass
-    return build_parser().parse_args(argv)
+    """``argv`` (default: the process's arguments) parsed by the whole command line."""
+    return build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def run(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` and run its command: its exit status (see the module's docstring)."""
     warnings.simplefilter("ignore")  # os-brick's eventlet warnings are not for the operator
     with _terminations_interrupt():
         return _main(argv)
@@ -213,10 +158,7 @@ def _main(argv: Sequence[str] | None) -> int:
             raise UsageError(f"arguments: {type(argv).__name__} {str(argv)[:60]!r} is not a "
                              "list of strings")
         args = parse_args(argv)
-        if args.command in QUIET_STARTS:  # nothing of others' that logs: set up when we do
-            logs.when_first_used(_quiet_logging)
-        else:
-            _quiet_logging()
+        _quiet_logging()
         code = int(args.func(args))
         finish_output()
         return code
@@ -244,8 +186,6 @@ def _quiet_logging() -> None:
     """virtdriver's own errors as one line each. os-brick's and oslo's logging (which logs whole
     tracebacks for a failed connect that we report as one typed error) comes through
     ``virtdriver.backend`` at DEBUG (see :mod:`virtdriver.hypervisor.brick`): not shown here."""
-    import logging
-
     class OneLine(logging.Formatter):
         """Log records as single lines: no tracebacks on the operator's terminal."""
 

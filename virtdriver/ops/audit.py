@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -41,16 +42,15 @@ import libvirt
 
 from virtdriver.attachment import describe_source
 from virtdriver.errors import DamagedRecord, HypervisorError
-from virtdriver.hypervisor.connection import libvirt_message, security_models
+from virtdriver.formatting import table_lines
 from virtdriver.hypervisor.apparmor import writable_readonly_disks
+from virtdriver.hypervisor.connection import libvirt_message, security_models
 from virtdriver.hypervisor.domains import DiskUse, DomainState, host_state, labels_of
-from virtdriver.hypervisor.seclabels import foreign_labels
 from virtdriver.hypervisor.hostconn import HostConnections
+from virtdriver.hypervisor.seclabels import foreign_labels
 from virtdriver.policy.migration import still_arriving
 from virtdriver.policy.reservations import fence_message, reservation_route, shared_identities
 from virtdriver.policy.sharing import Danger, Use, dangers
-from virtdriver.tables import table_lines
-from dataclasses import asdict, dataclass, replace
 
 DANGER_KINDS: Final = ("unshared", "cache", "format", "labels", "identity", "leak", "record",
                        "startup", "profile", "cinder", "fence")
@@ -181,7 +181,7 @@ def group_disks(states: Iterable[DomainState]) -> list[list[DiskUse]]:
     def find(token: object) -> object:
         parent.setdefault(token, token)
         while parent[token] != token:
-            parent[token] = parent[parent[token]]  # type: ignore[index]
+            parent[token] = parent[parent[token]]
             token = parent[token]
         return token
 

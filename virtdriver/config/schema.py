@@ -31,7 +31,7 @@ class SchemaViolation(ConfigError):
     """The XML does not validate against libvirt's schema."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def disk_schema(schema_dir: Path = SCHEMA_DIR) -> etree.RelaxNG:
     """The compiled grammar for a lone ``<disk>`` (compiled once per process)."""
     overrides = schema_dir / "domainoverrides.rng"

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import libvirt
 
-from virtdriver.audit import AuditReport, VolumeAudit
-from virtdriver.cinder import Cinder
-from virtdriver.cinder_flow import notes_of
+from virtdriver.cinder.client import Cinder
+from virtdriver.cinder.flow import notes_of
 from virtdriver.errors import CinderError
+from virtdriver.ops.audit import AuditReport, VolumeAudit
 from virtdriver.policy.sharing import Danger
 
 

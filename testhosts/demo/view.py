@@ -1,6 +1,6 @@
 """The demo's optional guest view: the story on two small Linux guests, told from inside too.
 
-``python -m virtdriver.demo --guest-view`` boots the project's Linux test guest
+``python -m testhosts.demo --guest-view`` boots the project's Linux test guest
 (``testhosts/linuxguest`` of a source checkout: Debian's kernel and busybox in an initramfs,
 under QEMU's TCG) instead of two OS-less guests, and prints a line from inside each guest at each
 step: what its kernel says about the disk, what it reads, how its own write is refused. The

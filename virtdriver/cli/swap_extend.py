@@ -1,7 +1,7 @@
 """``virtdriver swap`` and ``virtdriver extend``: thin over the driver's swap and extend.
 
-Registered by :func:`add_volume_commands` (listed in ``virtdriver.cli.COMMANDS``). A swap of a
-running guest shows its block copy as a progress bar on a terminal (:mod:`virtdriver.cli_progress`);
+Registered by :func:`add_volume_commands` (listed in ``virtdriver.cli.commands.COMMANDS``). A swap of a
+running guest shows its block copy as a progress bar on a terminal (:mod:`virtdriver.cli.progress`);
 Ctrl-C cancels the copy and the guest keeps its old volume.
 """
 
@@ -11,8 +11,8 @@ import argparse
 import re
 from typing import Any
 
-from virtdriver.cli_io import as_json, say, shown_name
-from virtdriver.units import human
+from virtdriver.cli.streams import as_json, say, shown_name
+from virtdriver.formatting import human
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _SIZE = re.compile(r"([0-9]{1,16})\s*([kmgt]?)(?:i?b)?", re.IGNORECASE)
@@ -30,9 +30,9 @@ def size_argument(text: str) -> int:
 
 
 def _swap(args: argparse.Namespace) -> int:
-    from virtdriver.cli_host import driver_for
-    from virtdriver.cli_io import load_connection_info
-    from virtdriver.cli_progress import Interrupted, JobProgress
+    from virtdriver.cli.attach import driver_for
+    from virtdriver.cli.progress import Interrupted, JobProgress
+    from virtdriver.cli.streams import load_connection_info
 
     old, new = load_connection_info(args.old), load_connection_info(args.new)
     with JobProgress("copying to the new volume", show=not args.json) as progress:
@@ -64,8 +64,8 @@ RESCAN = ("* QEMU tells a guest of a size change only after its own resize, whic
 
 
 def _extend(args: argparse.Namespace) -> int:
-    from virtdriver.cli_host import _print_table, driver_for
-    from virtdriver.cli_io import load_connection_info
+    from virtdriver.cli.attach import _print_table, driver_for
+    from virtdriver.cli.streams import load_connection_info
 
     info = load_connection_info(args.connection_info)
     result = driver_for(args).extend_volume_on_host(info, new_size=args.size,
@@ -118,7 +118,7 @@ def runnable(fix: str, args: argparse.Namespace, named: str) -> str:
 
 
 def add_volume_commands(sub: Any) -> None:
-    from virtdriver.cli_host import add_host_options
+    from virtdriver.cli.attach import add_host_options
 
     raw = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser(

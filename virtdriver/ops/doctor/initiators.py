@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from virtdriver.doctor.verdict import Check
 from virtdriver.driver.options import host_initiator_name
+from virtdriver.ops.doctor.verdict import Check
 from virtdriver.volume import probes
 
 if TYPE_CHECKING:

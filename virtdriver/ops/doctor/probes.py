@@ -12,8 +12,8 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from virtdriver.doctor.verdict import Check
 from virtdriver.errors import VirtDriverError
+from virtdriver.ops.doctor.verdict import Check
 from virtdriver.selinux import boolean, image_contexts, policy_name, virtual_image_context_path
 
 if TYPE_CHECKING:

@@ -1,0 +1,5 @@
+import sys
+
+from testhosts.demo.story import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""What an operator asks of a host: :mod:`.doctor` (can it share volumes?) and :mod:`.audit`."""
