@@ -123,9 +123,11 @@ def main() -> None:
             counted = file_volume(image)
             with LibvirtCalls().installed() as calls:  # one untimed run
                 trips = {"attach": round_trips(calls.count(
-                             lambda: driver.attach_volume(counted, dom.name()))),
-                         "detach": round_trips(calls.count(lambda: driver.detach_volume(
-                             dom.name(), counted["data"]["volume_id"])))}
+                             lambda counted=counted, dom=dom: driver.attach_volume(
+                                 counted, dom.name()))),
+                         "detach": round_trips(calls.count(
+                             lambda counted=counted, dom=dom: driver.detach_volume(
+                                 dom.name(), counted["data"]["volume_id"])))}
             events.clear()
             row = {"guests": count, "domains": len(conn.listAllDomains()),
                    **{f"{k}_ms": round(v, 2) for k, v in med.items()},

@@ -54,7 +54,8 @@ def main() -> None:
     parser.add_argument("--counts", type=int, nargs="+", default=[8, 16, 32])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--settle", type=float, default=0.2,
-                        help="seconds of quiet before each round (libvirtd finishing the removals)")
+                        help="seconds of quiet before each round "
+                             "(libvirtd finishing the removals)")
     parser.add_argument("--png", default=str(Path(__file__).with_name("fanout.png")))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()

@@ -100,7 +100,8 @@ def main() -> None:
             drivers[0].detach_volume(b.name(), vid)
         for driver in drivers:
             driver.close()
-    result = {m: {"total_s": statistics.median(times[m]), "downtime_ms": statistics.median(downs[m]),
+    result = {m: {"total_s": statistics.median(times[m]),
+                  "downtime_ms": statistics.median(downs[m]),
                   "n": len(times[m])} for m in times}
     result["ratio_total"] = result["driver"]["total_s"] / result["raw"]["total_s"]
     result["ratio_downtime"] = result["driver"]["downtime_ms"] / result["raw"]["downtime_ms"]
@@ -108,9 +109,11 @@ def main() -> None:
         print(json.dumps(result))
         return
     for m in ("raw", "driver"):
-        print(f"{m:7s} total {result[m]['total_s']:.2f} s  downtime {result[m]['downtime_ms']:.0f} ms"
+        print(f"{m:7s} total {result[m]['total_s']:.2f} s  "
+              f"downtime {result[m]['downtime_ms']:.0f} ms"
               f"  ({result[m]['n']} migrations)")
-    print(f"driver/raw: total {result['ratio_total']:.2f}x, downtime {result['ratio_downtime']:.2f}x")
+    print(f"driver/raw: total {result['ratio_total']:.2f}x, "
+          f"downtime {result['ratio_downtime']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -38,7 +38,8 @@ def build_lxml() -> bytes:
     sub = etree.SubElement
     disk = etree.Element("disk", type="block", device="disk")
     sub(disk, "driver", name="qemu", type="raw", cache="none", io="native", discard="unmap")
-    sub(disk, "source", dev="/dev/disk/by-path/ip-192.0.2.5:3260-iscsi-iqn.2010-10.org.x:vol-lun-1")
+    sub(disk, "source",
+        dev="/dev/disk/by-path/ip-192.0.2.5:3260-iscsi-iqn.2010-10.org.x:vol-lun-1")
     sub(disk, "blockio", logical_block_size="512", physical_block_size="4096")
     sub(disk, "target", dev="sdb", bus="scsi")
     iotune = sub(disk, "iotune")

@@ -52,8 +52,9 @@ def main() -> None:
             profile = cProfile.Profile()
             for _ in range(args.rounds):
                 info = file_volume(image)
-                for op, call in (("attach", lambda: driver.attach_volume(info, dom.name())),
-                                 ("detach", lambda: driver.detach_volume(
+                for op, call in (("attach", lambda info=info, dom=dom: driver.attach_volume(
+                                     info, dom.name())),
+                                 ("detach", lambda info=info, dom=dom: driver.detach_volume(
                                      dom.name(), info["data"]["volume_id"]))):
                     counter.into = per_op[op]
                     if args.profile and op == "attach":

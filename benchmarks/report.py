@@ -100,7 +100,8 @@ def chart_guests(png: Path, rows: list[dict]) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
     left.plot(x, [r["attach_ratio"] for r in rows], "o-", label="attach")
     left.plot(x, [r["detach_ratio"] for r in rows], "s-", label="detach")
-    left.plot(x, [r["read_attach_ratio"] for r in rows], "^--", label="floor: host read + raw attach")
+    left.plot(x, [r["read_attach_ratio"] for r in rows], "^--",
+              label="floor: host read + raw attach")
     left.axhline(GOALS["attach_many"], color="grey", lw=0.8, ls=":")
     left.axhline(GOALS["attach_1"], color="grey", lw=0.8, ls=":")
     left.axhline(1.0, color="black", lw=0.6)
@@ -214,8 +215,9 @@ def main() -> None:
         "",
         "## Render throughput",
         "",
-        "`build_disk(...).to_xml()` for a multiattach read-only iSCSI disk with QoS, discard and a "
-        "SCSI unit, against nova's `LibvirtISCSIVolumeDriver.get_config(...).to_xml()` in nova's "
+        "`build_disk(...).to_xml()` for a multiattach read-only iSCSI disk with QoS, discard "
+        "and a SCSI unit, against nova's `LibvirtISCSIVolumeDriver.get_config(...).to_xml()` "
+        "in nova's "
         f"own venv (median of {render['rounds']} alternating rounds).",
         "",
         "| renderer | disks/s |",

@@ -122,7 +122,8 @@ class AttachHost:
     def __init__(self, conn: Any, guests: Any, driver: Any, tmp: Path, prefix: str) -> None:
         from testhosts.guests import sparse_file
 
-        self.conn, self.guests, self.driver, self.tmp, self.prefix = conn, guests, driver, tmp, prefix
+        self.conn, self.guests, self.driver = conn, guests, driver
+        self.tmp, self.prefix = tmp, prefix
         self.image = sparse_file(tmp / "bench.raw")
         self.doms: list[Any] = []
 

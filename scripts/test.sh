@@ -4,7 +4,8 @@
 #   ./scripts/test.sh                 everything (CI: .ci/run), the layers below in this order
 #   ./scripts/test.sh --fast          no libvirtd, no guest, no backend: model, render, policy,
 #                                     reader, CLI input handling (pytest -m "not hypervisor and
-#                                     not kernel_initiator"); sets up only .venv if it is missing
+#                                     not kernel_initiator"), mypy and ruff; sets up only .venv
+#                                     if it is missing
 #   ./scripts/test.sh --hypervisor    host setup (libvirt, QEMU, .venv), the storage test backends
 #                                     on 127.0.0.1 (tgt, qemu-nbd, Ceph, Gluster) and a real Cinder
 #                                     on that Ceph (torn down afterwards if this run started them),
@@ -53,6 +54,13 @@ status=0
 if [ "$hypervisor" = 1 ] || [ "$nova" = 1 ] || [ "$nested" = 1 ] || [ ! -x .venv/bin/python ] \
         || [ pyproject.toml -nt .venv/.virtdriver-installed ]; then
     ./scripts/setup-host.sh
+fi
+
+if [ "$fast" = 1 ]; then
+    # types and style, with the settings in pyproject.toml (a few seconds):
+    # mypy --strict as pyproject.toml states it, ruff with the rules chosen there
+    .venv/bin/mypy || status=1
+    .venv/bin/ruff check virtdriver tests testhosts benchmarks || status=1
 fi
 
 if [ "$hypervisor" = 1 ]; then

@@ -1,12 +1,12 @@
 """libvirt itself as the oracle of the render tests.
 
-:func:`define_refusal` defines a minimal (never started) domain holding one ``<disk>`` on the real
-``qemu:///system`` with libvirt's own schema validation, undefines it at once, and returns libvirt's
-refusal (``None`` when it accepted the disk). That covers libvirt's RelaxNG schema and every rule
-its QEMU driver checks at define time (throttle ceiling, lun, read-only buses, ...).
+:func:`define_refusal` defines a minimal (never started) domain holding one ``<disk>`` on the
+real ``qemu:///system`` with libvirt's own schema validation, undefines it at once, and returns
+libvirt's refusal (``None`` when it accepted the disk). That covers libvirt's RelaxNG schema and
+every rule its QEMU driver checks at define time (throttle ceiling, lun, read-only buses, ...).
 
-:class:`HotPlugOracle` attaches a disk to a running guest and detaches it again: it covers what only
-QEMU checks when the device is created (block sizes, burst lengths, ``size_iops_sec``).
+:class:`HotPlugOracle` attaches a disk to a running guest and detaches it again: it covers what
+only QEMU checks when the device is created (block sizes, burst lengths, ``size_iops_sec``).
 """
 
 from __future__ import annotations

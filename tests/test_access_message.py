@@ -32,7 +32,8 @@ def test_message_names_owner_qemu_user_and_both_ways_out(tmp_path) -> None:
     os.chmod(data, 0o600)
     text = explain_denied(str(data), LIVE)
     assert text is not None and "\n" not in text
-    assert "(uid 64055)" in text and f"cannot open {data} (owner root:root, mode -rw-------)" in text
+    assert "(uid 64055)" in text
+    assert f"cannot open {data} (owner root:root, mode -rw-------)" in text
     assert "label_policy 'auto'" in text and "udev rule" in text
     assert explain_denied(str(tmp_path / "gone"), LIVE) is None
 

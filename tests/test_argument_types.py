@@ -92,11 +92,12 @@ ANY_VALUE = st.one_of(
     st.builds(bytearray, st.binary(max_size=3)), st.just(3 + 4j))
 
 
-# ---- the entry points: (call, the valid arguments, what each accepts) ----------------------------
+# ---- the entry points: (call, the valid arguments, what each accepts) ---------------------------
 
 BUILD_DISK = (lambda **kw: build_disk(**kw).to_xml(), {
-    "connection_info": (INFO, mapping), "attach_mode": ("ro", opt(text)), "target_dev": ("sdb", text),
-    "bus": ("scsi", text), "device": ("disk", text), "scsi_unit": (1, opt(integer)),
+    "connection_info": (INFO, mapping), "attach_mode": ("ro", opt(text)),
+    "target_dev": ("sdb", text), "bus": ("scsi", text), "device": ("disk", text),
+    "scsi_unit": (1, opt(integer)),
     "luks_secret_uuid": (None, opt(text)), "mount_base": ("/mnt/v", opt(text)),
     "label_policy": ("auto", text), "shared_image_label": (None, opt(text)),
     "native_iscsi": (False, flag), "native_glusterfs": (False, flag),
@@ -140,9 +141,9 @@ DRIVER_ARGS = {
                      "connection_infos": ([INFO], mappings)},
     "abort_incoming": {"instance": ("no-such-guest", text), "volume_id": (VID, text)},
     "finish_outgoing": {"instance": ("no-such-guest", text), "volume_id": (VID, text)},
-    "migrate": {"instance": ("no-such-guest", text), "destination": ("DRIVER", lambda v: isinstance(
-        v, LibvirtVolumeDriver)), "connection_infos": ([INFO], mappings),
-                "uri": (None, opt(text))},
+    "migrate": {"instance": ("no-such-guest", text),
+                "destination": ("DRIVER", lambda v: isinstance(v, LibvirtVolumeDriver)),
+                "connection_infos": ([INFO], mappings), "uri": (None, opt(text))},
 }
 
 READERS = {
@@ -165,7 +166,8 @@ def assert_typed_and_named(call: Callable[..., Any], kwargs: dict[str, Any], fie
 
 
 def cases() -> list[tuple[str, str]]:
-    found = [("build_disk", p) for p in BUILD_DISK[1]] + [("HostOptions", p) for p in HOST_OPTIONS[1]]
+    found = ([("build_disk", p) for p in BUILD_DISK[1]]
+             + [("HostOptions", p) for p in HOST_OPTIONS[1]])
     found += [(f"LibvirtVolumeDriver.{m}", p) for m, params in DRIVER_ARGS.items() for p in params]
     found += [(name, p) for name, (_, params) in READERS.items() for p in params]
     return found

@@ -164,7 +164,8 @@ def test_closed_stdout_is_one_line() -> None:
 
 
 def test_a_reader_that_went_away_is_one_line() -> None:
-    """``virtdriver render ... | head -c0``: the pipe's reader is gone before the XML is written."""
+    """``virtdriver render ... | head -c0``: the pipe's reader is gone before the XML is
+    written."""
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:

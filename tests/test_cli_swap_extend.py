@@ -283,7 +283,8 @@ def test_a_guest_left_behind_is_named_with_its_size_reason_and_fix() -> None:
 
 
 @pytest.mark.parametrize(("text", "size"), [("1073741824", 1 << 30), ("96M", 96 * MIB),
-                                             ("1G", 1 << 30), ("2GiB", 2 << 30), ("512k", 512 << 10)])
+                                             ("1G", 1 << 30), ("2GiB", 2 << 30),
+                                             ("512k", 512 << 10)])
 def test_sizes(text: str, size: int) -> None:
     from virtdriver.cli.swap_extend import size_argument
 

@@ -95,7 +95,8 @@ def test_an_interrupted_demo_still_cleans_up() -> None:
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_an_interrupt_swallowed_by_a_callback_still_stops_the_story(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """Python drops an exception raised in a weakref or __del__ callback; the signal is not lost."""
+    """Python drops an exception raised in a weakref or __del__ callback; the signal is not
+    lost."""
     import gc
     import weakref
 

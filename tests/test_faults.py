@@ -60,7 +60,7 @@ pytestmark = pytest.mark.hypervisor
 ROOT = Path(__file__).resolve().parent.parent
 
 
-# ---- helpers -------------------------------------------------------------------------------------
+# ---- helpers ------------------------------------------------------------------------------------
 
 def assert_clean(conn: libvirt.virConnect, driver: Any, volume_id: str) -> None:
     """The volume is nowhere: no disk in any guest, no host record, no lock held."""
@@ -125,7 +125,7 @@ def start_acpi_guest(guests: Guests, name: str) -> libvirt.virDomain:
     return guests.start(name, acpi=True)
 
 
-# ---- (a) the host connect fails -------------------------------------------------------------------
+# ---- (a) the host connect fails -----------------------------------------------------------------
 
 ISCSI_STATE = [Path("/etc/iscsi/nodes"), Path("/var/lib/iscsi")]
 
@@ -186,7 +186,7 @@ def test_a_host_connect_failure_through_the_cli_is_one_line(guests, tmp_path) ->
     assert "pw-SECRET-1" not in done.stderr
 
 
-# ---- (b) the live attach fails ---------------------------------------------------------------------
+# ---- (b) the live attach fails ------------------------------------------------------------------
 
 @pytest.mark.parametrize("case", ["target-in-use", "missing-file", "missing-device",
                                   "virtio-without-acpi"])
@@ -393,7 +393,7 @@ def test_d_a_guest_that_does_not_release_keeps_the_attachment_until_it_does(
     assert a.isActive()
 
 
-# ---- (e) the guest is destroyed mid-operation ----------------------------------------------------
+# ---- (e) the guest is destroyed mid-operation ---------------------------------------------------
 
 def destroy_when(mocker, target: Any, method: str, dom: libvirt.virDomain,
                  after: bool = True) -> list[int]:
@@ -558,7 +558,7 @@ def _running(dom: libvirt.virDomain) -> bool:
         return False
 
 
-# ---- (f) libvirtd restarted between attach and detach ---------------------------------------------
+# ---- (f) libvirtd restarted between attach and detach -------------------------------------------
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["crash", "stop"])
 def test_f_libvirtd_restart_between_attach_and_detach(

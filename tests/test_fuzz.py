@@ -44,7 +44,7 @@ def fuzz_settings(share: float, floor: int) -> settings:
                     database=None)
 
 
-# ---- hostile values ------------------------------------------------------------------------------
+# ---- hostile values -----------------------------------------------------------------------------
 
 SPECIALS = ["<", ">", "&", "'", '"', "]]>", "<!--", "&amp;", "&#0;", "\n", "\r\n", "\t", "\x00",
             "\x01", "\x1b[31m", "\x7f", "\ud800", "\udfff", "\ufffe", "\uffff", "\u202e", "\u2028",
@@ -205,7 +205,7 @@ OPTIONS: st.SearchStrategy[dict[str, Any]] = st.builds(
     GOOD_TARGETS, MILD_OPTIONS, st.one_of(st.just({}), HOSTILE_OPTIONS))
 
 
-# ---- 1. build_disk -------------------------------------------------------------------------------
+# ---- 1. build_disk ------------------------------------------------------------------------------
 
 @fuzz_settings(1.0, 50)
 @given(info=CONNECTION_INFO, options=OPTIONS)
@@ -269,7 +269,7 @@ def test_nesting_deeper_than_the_interpreter_stack_is_a_typed_error(depth: int,
         build_disk(info)
 
 
-# ---- 2. the command line -------------------------------------------------------------------------
+# ---- 2. the command line ------------------------------------------------------------------------
 
 @contextlib.contextmanager
 def stdin_text(text: str) -> Iterator[None]:
@@ -389,7 +389,7 @@ def test_cli_failure_is_usage_not_hypervisor() -> None:
     assert code == 2 and "device_path" in err
 
 
-# ---- 3. live domain XML the model does not fully know --------------------------------------------
+# ---- 3. live domain XML the model does not fully know -------------------------------------------
 
 def canonical(node: etree._Element) -> str:
     """An order-insensitive canonical form of an element: attributes and children sorted,
@@ -418,7 +418,8 @@ def assert_disks_round_trip(domain_xml: str) -> int:
 
 
 UNKNOWN_IN_DISK = [
-    "<vendor-extension level='3'><deep a='1'><deeper>text &amp; more</deeper></deep></vendor-extension>",
+    "<vendor-extension level='3'><deep a='1'><deeper>text &amp; more</deeper></deep>"
+    "</vendor-extension>",
     "<x:meta xmlns:x='http://example.org/x' x:attr='1'><x:child/></x:meta>",
     "<throttlefilters><throttlefilter group='limit0'/></throttlefilters>",
     "<backingStore type='file'><format type='raw'/><source file='/srv/base.raw'/>"
@@ -434,6 +435,7 @@ UNKNOWN_IN_DISK = [
 
 @pytest.mark.parametrize("extra", UNKNOWN_IN_DISK)
 def test_unknown_children_and_attributes_in_a_disk_survive(extra: str) -> None:
+    slices = "<slices><slice type='storage' offset='0' size='1'/></slices>"
     domain = f"""<domain type='kvm' id='3' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>
       <name>g</name><uuid>0b4e3c52-7b3f-4c2c-9e6b-3f6a1d2e4c5f</uuid>
       <metadata><app:x xmlns:app='http://example.org/app'>1</app:x></metadata>
@@ -442,7 +444,7 @@ def test_unknown_children_and_attributes_in_a_disk_survive(extra: str) -> None:
         <disk type='file' device='disk' model='virtio-transitional' future-attr='yes'>
           <driver name='qemu' type='raw' cache='none' queues='4' iothread='1' unknown='1'/>
           <source file='/srv/v.raw' index='2' startupPolicy='optional'>
-            <reservations managed='yes'/><slices><slice type='storage' offset='0' size='1'/></slices>
+            <reservations managed='yes'/>{slices}
           </source>
           {extra}
           <target dev='sda' bus='scsi' rotation_rate='1'/>
@@ -538,7 +540,7 @@ def test_a_running_guests_live_xml_round_trips(guests, volume_driver, loop_devic
         assert (marker in live) == (marker in rewritten), marker
 
 
-# ---- 4. the corpus libvirt itself writes: every disk of every guest on the host ------------------
+# ---- 4. the corpus libvirt itself writes: every disk of every guest on the host -----------------
 
 def assert_live_disk_round_trips(disk_xml: str) -> str:
     """Lenient keeps the meaning and is a fixed point; strict reads it all or names what it

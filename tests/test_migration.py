@@ -512,7 +512,8 @@ def test_the_manual_steps_end_with_migrate_complete_and_the_volume_is_free_after
     done = run_cli("-c", destination.uri, "--state-dir", str(destination.state_dir),
                    "migrate-complete", a.UUIDString(), vid)
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
-    assert done.stdout == f"Guest {a.UUIDString()} arrived: volume {vid} is its own disk here now\n"
+    assert done.stdout == (f"Guest {a.UUIDString()} arrived: volume {vid} is its own disk "
+                           "here now\n")
     assert arriving_notes(destination) == [] and destination.host.connected() == [vid]
     # The guest goes away behind the driver's back: its connection is an ordinary leak now,
     # released on request, and the volume (not multiattach) is free for another guest.
@@ -574,7 +575,7 @@ def test_an_unseen_arrival_is_undone_by_the_command_release_names(
     assert destination.host.connected() == [] and arriving_notes(destination) == []
 
 
-# ---- (5) what the messages say -------------------------------------------------------------------
+# ---- (5) what the messages say ------------------------------------------------------------------
 
 def test_a_lost_destination_is_named_with_the_exact_command_that_undoes_its_preparation(
         guests, drivers, loop_device, destination_daemon, tmp_path) -> None:

@@ -35,4 +35,5 @@ def test_this_process_finds_its_own_root() -> None:
     root = mounts.containing_mount("/", mounts.read_mountinfo())
     assert root is not None and root.mount_point == "/"
     assert mounts.qemu_sees(os.getpid(), "/") is True
-    assert mounts.fix_command("/srv/m") == "mount --bind /srv/m /srv/m && mount --make-shared /srv/m"
+    assert mounts.fix_command("/srv/m") == ("mount --bind /srv/m /srv/m && "
+                                            "mount --make-shared /srv/m")

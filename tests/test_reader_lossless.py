@@ -91,10 +91,11 @@ def test_a_model_changed_after_a_mixed_read_writes_the_change() -> None:
     assert disk.to_xml() == "<disk>abc<shareable/></disk>"
 
 
-# ---- generated documents ---------------------------------------------------------------------------
+# ---- generated documents ------------------------------------------------------------------------
 
 ENCODINGS = [None, "UTF-8", "utf-8", "latin-1", "ISO-8859-1", "ascii", "UTF-16"]
-CHARS = st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"], exclude_characters="\ufffe\uffff")
+CHARS = st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"],
+                      exclude_characters="\ufffe\uffff")
 TEXT = st.text(alphabet=st.one_of(CHARS, st.sampled_from(" \n\t&<>'\"")), min_size=1, max_size=8)
 WORD = st.text(alphabet="abcxyz 019", min_size=1, max_size=6)
 COMMENT = WORD.map(lambda t: f"<!--{t}-->")
@@ -192,7 +193,7 @@ def test_strict_reading_of_generated_documents_is_whole_or_names_the_loss(
     assert meaning(etree.fromstring(disk.to_xml())) == root  # nothing of the disk was dropped
 
 
-# ---- libvirt's parser as the oracle ---------------------------------------------------------------
+# ---- libvirt's parser as the oracle -------------------------------------------------------------
 
 _DOMAIN = """<domain type='kvm'><name>{name}</name><memory unit='MiB'>96</memory><vcpu>1</vcpu>
 <os><type arch='x86_64' machine='pc'>hvm</type></os><devices>

@@ -224,7 +224,7 @@ def test_libvirt_refuses_what_the_policy_refuses(xml: str, why: str, system_conn
     assert refusal is not None and why in refusal, refusal
 
 
-# ---- what only QEMU checks: a real hot-plug into a running guest ---------------------------------
+# ---- what only QEMU checks: a real hot-plug into a running guest --------------------------------
 
 @st.composite
 def hotplug_case(draw: st.DrawFn) -> dict[str, Any]:

@@ -77,7 +77,8 @@ class Worker:
         try:
             got = self.answers.get(timeout=REPLY_TIMEOUT)
         except queue.Empty:
-            raise AssertionError(f"worker {self.name} gave no answer in {REPLY_TIMEOUT} s")
+            raise AssertionError(
+                f"worker {self.name} gave no answer in {REPLY_TIMEOUT} s") from None
         if got is None:
             raise AssertionError(f"worker {self.name} died: {self.log.read_text()[-3000:]}")
         return got

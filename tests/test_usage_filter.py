@@ -38,8 +38,8 @@ def disk(kind: str, source: dict[str, str], alias: str | None, target: str,
     return node
 
 
-def domain(name: str, disks: list[etree._Element], notes: dict[str, tuple[str, str]] = {},
-           quote: str = "'") -> str:
+def domain(name: str, disks: list[etree._Element],
+           notes: dict[str, tuple[str, str]] | None = None, quote: str = "'") -> str:
     """Domain XML as libvirt writes it (single quotes, &apos;) or as libxml2 does (double)."""
     root = etree.Element("domain", type="kvm")
     etree.SubElement(root, "name").text = name

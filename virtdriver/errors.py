@@ -188,7 +188,8 @@ class InvalidAttachRequest(InvalidRequest, AttachFailed):
 
 
 class VolumeInUse(PolicyRefusal, AttachFailed):
-    """The volume (or its data) is attached elsewhere on this host in a way that forbids sharing."""
+    """The volume (or its data) is attached elsewhere on this host in a way that forbids
+    sharing."""
 
 
 class DetachFailed(HypervisorError):

@@ -203,7 +203,8 @@ def _serial(value: object) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not _SERIAL.fullmatch(value):
-        raise InvalidConnectionInfo("connection_info.serial", f"{show(value)} is not a disk serial "
+        raise InvalidConnectionInfo("connection_info.serial",
+                                    f"{show(value)} is not a disk serial "
                                     "(letters, digits, space, '_', '.', '+', '-')")
     return value
 
@@ -248,9 +249,11 @@ def iotune_from_qos(qos: object) -> IoTune | None:
             LOG.warning("ignoring unknown QoS key %r", key)
             continue
         value = raw if raw.__class__ is int else whole_number(raw)
-        if ((value.__class__ is not int and (isinstance(value, bool) or not isinstance(value, int)))
+        if ((value.__class__ is not int
+             and (isinstance(value, bool) or not isinstance(value, int)))
                 or not 0 <= value <= UNSIGNED_LONG_MAX):
-            raise InvalidConnectionInfo(f"{where}.{key}", f"{show(raw)} is not a non-negative integer "
+            raise InvalidConnectionInfo(f"{where}.{key}",
+                                        f"{show(raw)} is not a non-negative integer "
                                         f"(at most {UNSIGNED_LONG_MAX})")
         if value:
             values[key] = value

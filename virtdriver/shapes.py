@@ -14,7 +14,8 @@ all call it; protocol modules only ever see ``data``):
   ``rw`` (read-only wins), an explicit ``rw`` against a record's ``ro`` is refused.
 
 The result is always the legacy form, with ``serial`` defaulting to the volume id when absent
-(Cinder sends none; nova sets it to the volume id; nova's adapters pass nova's own, even null). See docs/cinder.md for what each key Cinder sends means here.
+(Cinder sends none; nova sets it to the volume id; nova's adapters pass nova's own, even null).
+See docs/cinder.md for what each key Cinder sends means here.
 """
 
 from __future__ import annotations

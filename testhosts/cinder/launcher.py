@@ -5,7 +5,9 @@ Run with the Cinder venv's Python: ``python launcher.py --config-file cinder.con
 Not part of what a compute host installs (scripts/test-cinder.sh starts it).
 """
 
-from cinder import monkey_patch; monkey_patch.patch()  # noqa: E702,I100  (before anything else)
+from cinder import monkey_patch
+
+monkey_patch.patch()  # before anything else
 
 import sys  # noqa: E402
 

@@ -5,8 +5,9 @@
 under QEMU's TCG) instead of two OS-less guests, and prints a line from inside each guest at each
 step: what its kernel says about the disk, what it reads, how its own write is refused. The
 image is built on first use (``apt-get download``, cached under
-``/var/tmp/virtdriver-linuxguest``); booting both guests costs some 20-30 s of TCG (more on a loaded host), which is why
-the view is asked for, not the default: the plain demo stays a few seconds on a fresh machine.
+``/var/tmp/virtdriver-linuxguest``); booting both guests costs some 20-30 s of TCG (more on a
+loaded host), which is why the view is asked for, not the default: the plain demo stays a few
+seconds on a fresh machine.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class LinuxPair:
         started = [self.made.start(n, wait=False) for n in names]
         with concurrent.futures.ThreadPoolExecutor(len(started)) as pool:
             list(pool.map(lambda g: g.wait_ready(self.made.boot_timeout), started))
-        for name, guest in zip(names, started):
+        for _name, guest in zip(names, started):
             self.guests[guest.name()] = guest
         return [g.dom for g in started]
 

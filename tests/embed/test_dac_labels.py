@@ -74,7 +74,7 @@ exec "$@"
 """
 
 
-# ---- the launcher (in the ordinary embed child) ---------------------------------------------------
+# ---- the launcher (in the ordinary embed child) -------------------------------------------------
 
 @pytest.mark.skipif(DAC_CHILD or not EMBED_CHILD, reason="this is the DAC child itself")
 def test_dac_labels_in_their_own_process(tmp_path: Path) -> None:
@@ -321,7 +321,7 @@ def test_a_swap_keeps_the_label_policy_live_and_defined(dac_guests, driver_facto
     assert ownership(new_file) == (*qemu_ids(), 0o660)  # nothing relabelled
 
 
-# ---- 3. the read-only guarantee, for every backend here ------------------------------------------
+# ---- 3. the read-only guarantee, for every backend here -----------------------------------------
 
 @needs_dac_child
 @pytest.mark.parametrize("multiattach", [False, True], ids=["single", "multiattach"])

@@ -44,7 +44,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(
             "tests/lsm runs inside the nested test host only: scripts/test-nested.sh --lsm "
             f"selinux|apparmor (VIRTDRIVER_NESTED is {NESTED!r})")
-    other = {m for lsm, m in LSM_MARKERS.items() if lsm != NESTED}
     keep, drop = [], []
     for item in items:
         if not _in_here(item):
@@ -71,10 +70,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     if report.skipped and _in_here(item) and not hasattr(report, "wasxfail"):
         report.outcome = "failed"
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
-        report.longrepr = f"skipped inside the nested test host, where every test must run: {reason}"
+        report.longrepr = ("skipped inside the nested test host, where every test must run: "
+                           f"{reason}")
 
 
-# ---- helpers shared by the LSM tests -------------------------------------------------------------
+# ---- helpers shared by the LSM tests ------------------------------------------------------------
 
 def run(*argv: str, check: bool = True) -> str:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120)

@@ -49,7 +49,8 @@ def level_of(context: str) -> str:
 #: CI run that showed it: a ``virsh attach-disk`` of the unshared test, which then succeeded).
 _HARNESS_EXECMEM = re.compile(r"denied\s+\{ execmem \} .*"
                               r"scontext=unconfined_u:unconfined_r:unconfined_t:\S+ "
-                              r"tcontext=unconfined_u:unconfined_r:unconfined_t:\S+ tclass=process")
+                              r"tcontext=unconfined_u:unconfined_r:unconfined_t:\S+ "
+                              r"tclass=process")
 
 
 def no_guest_denials(window: AuditWindow) -> None:

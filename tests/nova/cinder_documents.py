@@ -59,7 +59,8 @@ DRIVER_DATA: dict[str, dict[str, Any]] = {
                   "options": ["-u", "cinder", "-g", "root", "-m", "0770"]},
     "storpool": {"client_id": 1, "volume": VOLUME,
                  "device_path": "/dev/storpool-byid/gbuk.b.lmsk"},
-    "nvmeof": {"target_nqn": "nqn.2014-08.org.nvmexpress:uuid:5b8cbb1a-48a1-4ed6-8d6e-3e5b7c9f2a10",
+    "nvmeof": {"target_nqn":
+               "nqn.2014-08.org.nvmexpress:uuid:5b8cbb1a-48a1-4ed6-8d6e-3e5b7c9f2a10",
                "vol_uuid": VOLUME, "portals": [["192.0.2.60", "4420", "tcp"]],
                "device_path": "/dev/nvme0n1"},
     "lightos": {"name": f"volume-{VOLUME}", "uuid": VOLUME,

@@ -4,8 +4,9 @@
 (``nova.virt.driver.load_compute_driver``, which imports ``nova.virt.`` + the option) when nova's
 functional harness starts a compute service: API, conductor, scheduler, placement and the compute
 service in one process, over nova's fake libvirt (``LibvirtFixture``), the way nova tests its own
-libvirt driver. Through nova's REST API one multiattach volume then goes into two servers, and the disks the
-fake libvirt received are virtdriver's: its ``ua-`` alias, shareable, ``cache='none'``.
+libvirt driver. Through nova's REST API one multiattach volume then goes into two servers, and
+the disks the fake libvirt received are virtdriver's: its ``ua-`` alias, shareable,
+``cache='none'``.
 
 Needs nova 34 and its placement fixture: ``scripts/nova-suite.sh`` runs this module with
 unittest (nova's test classes are testtools cases, which pytest does not run) in its nova venv.

@@ -46,7 +46,6 @@ EXIT_USAGE = 2
 TERMINATIONS = (signal.SIGTERM, signal.SIGHUP)
 
 
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(message)
@@ -93,7 +92,6 @@ def _add_render(sub: Any) -> None:
                    help="libvirt secret holding the LUKS passphrase")
     add_host_options(p, locks=False)
     p.set_defaults(func=_render)
-
 
 
 COMMANDS: list[Callable[[Any], None]] = [_add_render, add_hypervisor_commands,

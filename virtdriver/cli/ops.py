@@ -1,8 +1,8 @@
 """Operator commands of the ``virtdriver`` CLI: ``doctor``, ``audit`` and ``repair-labels``.
 
-Registered by :func:`add_operator_commands` (listed in ``virtdriver.cli.commands.COMMANDS``). doctor and
-audit exit 0 when all is well and 1 when something is wrong on the host (multiattach cannot work;
-a volume is in danger), so they can gate a deployment or run from cron.
+Registered by :func:`add_operator_commands` (listed in ``virtdriver.cli.commands.COMMANDS``).
+doctor and audit exit 0 when all is well and 1 when something is wrong on the host (multiattach
+cannot work; a volume is in danger), so they can gate a deployment or run from cron.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """``virtdriver swap`` and ``virtdriver extend``: thin over the driver's swap and extend.
 
-Registered by :func:`add_volume_commands` (listed in ``virtdriver.cli.commands.COMMANDS``). A swap of a
-running guest shows its block copy as a progress bar on a terminal (:mod:`virtdriver.cli.progress`);
-Ctrl-C cancels the copy and the guest keeps its old volume.
+Registered by :func:`add_volume_commands` (listed in ``virtdriver.cli.commands.COMMANDS``). A
+swap of a running guest shows its block copy as a progress bar on a terminal
+(:mod:`virtdriver.cli.progress`); Ctrl-C cancels the copy and the guest keeps its old volume.
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ HOW = {"resized": "resized; the guest was told",
        "at start": "shut off; sees it when it starts",
        "failed": "NOT UP TO DATE"}
 RESCAN = ("* QEMU tells a guest of a size change only after its own resize, which a read-only\n"
-          "  disk refuses. In a Linux guest (a SCSI disk): echo 1 > /sys/class/block/DISK/device/rescan")
+          "  disk refuses. In a Linux guest (a SCSI disk): "
+          "echo 1 > /sys/class/block/DISK/device/rescan")
 
 
 def _extend(args: argparse.Namespace) -> int:
@@ -151,7 +152,8 @@ def add_volume_commands(sub: Any) -> None:
                     "read-only. Prints per guest the size QEMU shows; any guest left behind "
                     "is named with the command that brings it up to date (exit 1).",
         epilog="examples:\n"
-               "  virtdriver extend volume.json              # every guest, the size the host sees\n"
+               "  virtdriver extend volume.json              "
+               "# every guest, the size the host sees\n"
                "  virtdriver extend volume.json guest-b --size 96M\n"
                "  virtdriver extend volume.json --json")
     p.add_argument("connection_info", metavar="CONNECTION_INFO",

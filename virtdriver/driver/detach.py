@@ -114,7 +114,9 @@ def not_attached_message(volume_id: str, state: DomainState) -> str:
     text = f"volume {volume_id} is not attached to {state.name}"
     if near:
         return f"{text}; did you mean {near[0]}? (volume ids are matched exactly)"
-    return f"{text} (attached: {', '.join(attached)})" if attached else f"{text} (it has no volumes)"
+    if attached:
+        return f"{text} (attached: {', '.join(attached)})"
+    return f"{text} (it has no volumes)"
 
 
 def _fresh(host: Host, state: DomainState) -> list[DomainXml]:

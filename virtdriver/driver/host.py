@@ -75,7 +75,7 @@ class Host:
         with self.lock([], [(identity_token(identity), described)], operation):
             yield
 
-    # ---- rendering for this host -----------------------------------------------------------------
+    # ---- rendering for this host ----------------------------------------------------------------
 
     def security_models(self) -> tuple[str, ...]:
         return self.connection.security_models()
@@ -207,7 +207,8 @@ class Host:
         try:
             return DomainState.read(dom)
         except libvirt.libvirtError as exc:
-            raise HypervisorError(f"cannot read guest {dom.name()}", libvirt_message(exc)) from None
+            raise HypervisorError(f"cannot read guest {dom.name()}",
+                                  libvirt_message(exc)) from None
 
     def find(self, instance: str) -> DomainState:
         return self.state(self.connection.domain(instance))
@@ -307,7 +308,8 @@ class Host:
     def _mount_in_use(self, mount_point: str) -> bool:
         prefix = mount_point.rstrip("/") + "/"
         return any(u.disk.source is not None and (u.disk.source.file or "").startswith(prefix)
-                   for d in self.view(arriving=False).domains if not VERBATIM_TEXT.fullmatch(prefix)
+                   for d in self.view(arriving=False).domains
+                   if not VERBATIM_TEXT.fullmatch(prefix)
                    or prefix in d.current or prefix in (d.config or "") for u in d.parsed.disks)
 
     def close(self) -> None:

@@ -26,7 +26,8 @@ class Interrupted(KeyboardInterrupt):
 
 
 class Interrupts:
-    """Record SIGINT, SIGTERM and SIGHUP instead of raising; re-entrant (nested ``with`` blocks share it)."""
+    """Record SIGINT, SIGTERM and SIGHUP instead of raising; re-entrant (nested ``with`` blocks
+    share it)."""
 
     def __init__(self) -> None:
         self.received: int | None = None

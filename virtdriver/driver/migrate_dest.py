@@ -4,7 +4,8 @@ disks for this host, and complete (the guest is here) or abort (it will not come
 :func:`prepare_incoming` connects a volume under the volume's and its data's locks, refused by the
 sharing rules like an attach and rolled back on any failure, and notes the guest as *arriving*:
 the volume counts as used here until the guest is. :func:`incoming_xml` renders each of the
-guest's volumes for this host; the disk must arrive as it left (:mod:`virtdriver.policy.carryover`).
+guest's volumes for this host; the disk must arrive as it left
+(:mod:`virtdriver.policy.carryover`).
 """
 
 from __future__ import annotations

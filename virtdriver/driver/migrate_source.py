@@ -1,4 +1,4 @@
-"""Live migration on the source: which volumes a guest takes along, and releasing them once it left.
+"""Live migration on the source: which volumes a guest takes along, releasing them once it left.
 
 :func:`finish_outgoing` is a detach without a device: the host side is released only when no
 other guest here uses the volume or its data, and only once the guest has really left (not while

@@ -64,7 +64,8 @@ class HostOptions:
         arguments.text(self.initiator_iqn, "initiator_iqn", InvalidRenderOption, optional=True)
         object.__setattr__(self, "state_dir", Path(self.state_dir))
         object.__setattr__(self, "mount_base",
-                           str(self.mount_base) if self.mount_base else str(self.state_dir / "mnt"))
+                           str(self.mount_base) if self.mount_base
+                           else str(self.state_dir / "mnt"))
         check_timeout(self.detach_timeout, "detach_timeout")
         check_timeout(self.lock_timeout, "lock_timeout")
         check_timeout(self.lock_notice_after, "lock_notice_after")

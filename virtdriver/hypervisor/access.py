@@ -174,7 +174,8 @@ def _why_denied(dom: libvirt.virDomain, disk: Disk, path: str, info: Mapping[str
                 f"{'are' if len(off) > 1 else 'is'} off, so the guest's QEMU may not open this "
                 f"{info.get('driver_volume_type')} file (libvirt cannot relabel a file on the "
                 f"share); the host's operator decides: "
-                f"{'; '.join(f'setsebool -P {b} on' for b in off)} ('virtdriver doctor' checks it)")
+                f"{'; '.join(f'setsebool -P {b} on' for b in off)} "
+                "('virtdriver doctor' checks it)")
     return None
 
 

@@ -3,10 +3,10 @@
 libvirt's AppArmor driver keeps one profile per guest (``libvirt-<uuid>``) whose file rules
 ``virt-aa-helper`` writes to ``/etc/apparmor.d/libvirt/libvirt-<uuid>.files``. When it generates
 them from a guest's definition (guest start, and after every detach) a read-only disk gets
-``rk``. A hot-plugged disk is different: libvirt calls ``virt-aa-helper -r -F PATH`` before the disk
-is part of the definition, and the helper gives such a new file ``rwk`` whatever the disk says, so
-the confined QEMU of a guest that attached a volume read-only may open it for writing until the
-profile is next regenerated.
+``rk``. A hot-plugged disk is different: libvirt calls ``virt-aa-helper -r -F PATH`` before the
+disk is part of the definition, and the helper gives such a new file ``rwk`` whatever the disk
+says, so the confined QEMU of a guest that attached a volume read-only may open it for writing
+until the profile is next regenerated.
 
 :func:`regenerate_profile` asks ``virt-aa-helper`` for what libvirt itself does after a detach:
 the guest's profile regenerated from its live definition (``-r`` without ``-F``), in which the

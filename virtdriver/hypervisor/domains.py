@@ -9,7 +9,8 @@ disks use a volume or its data is decided in :mod:`~virtdriver.hypervisor.volume
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 
 import libvirt
 
@@ -19,7 +20,6 @@ from virtdriver.hypervisor.metadata import NS, parse_notes
 from virtdriver.hypervisor.volume_users import Wanted, XmlFacts
 from virtdriver.policy.identity import names_guest, volume_of_alias
 from virtdriver.policy.sharing import Use
-from dataclasses import dataclass, field, replace
 
 LIST_ACTIVE = libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE
 LIST_PERSISTENT = libvirt.VIR_CONNECT_LIST_DOMAINS_PERSISTENT

@@ -1,9 +1,9 @@
 """Host-side resources of a volume: how to release them, kept beside the locks.
 
 Whether a volume is still used on this host is always answered from libvirt's live state
-(:mod:`virtdriver.hypervisor.volume_users`). What is kept on disk is only *how* to release what an attach
-set up on the host — os-brick's connection (properties without secrets, device info), libvirt
-secrets created for QEMU (CHAP), the share mounted for file volumes — in
+(:mod:`virtdriver.hypervisor.volume_users`). What is kept on disk is only *how* to release what
+an attach set up on the host — os-brick's connection (properties without secrets, device info),
+libvirt secrets created for QEMU (CHAP), the share mounted for file volumes — in
 ``<state_dir>/connections/<volume id>.json``. A record that no guest's disk matches any more is a
 leaked connection, which ``audit`` reports.
 """
@@ -194,7 +194,8 @@ class HostConnections:
         try:
             self.path(volume_id).unlink(missing_ok=True)
         except OSError as exc:
-            raise StateError(f"cannot remove {self.path(volume_id)}: {exc.strerror or exc}") from None
+            raise StateError(f"cannot remove {self.path(volume_id)}: "
+                             f"{exc.strerror or exc}") from None
 
     def scan(self) -> tuple[list[str], list[Path]]:
         """Volume ids with a readable record, and the paths of damaged records."""

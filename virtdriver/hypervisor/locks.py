@@ -41,7 +41,8 @@ GENERATION_WIDTH = 20  # digits, written in place with one pwrite
 
 
 def file_token(volume_id: str) -> str:
-    """A file-name-safe, collision-free name for a volume id (see :mod:`~virtdriver.policy.identity`)."""
+    """A file-name-safe, collision-free name for a volume id (see
+    :mod:`~virtdriver.policy.identity`)."""
     encoded = encode_volume_id(volume_id)
     if len(encoded) <= MAX_NAME:
         return encoded

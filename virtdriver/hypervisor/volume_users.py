@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable
-from dataclasses import field
 
 from virtdriver.hypervisor.dataid import DataIdentity, path_identity
 from virtdriver.hypervisor.metadata import NS

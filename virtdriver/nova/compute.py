@@ -92,9 +92,9 @@ class LibvirtDriver(nova_driver.LibvirtDriver):
                 cls = ADAPTER_FOR.get(nova_class, nova_class)
                 try:
                     self.volume_drivers[driver_type] = cls(self._host)
-                except brick_exception.InvalidConnectorProtocol:
+                except brick_exception.InvalidConnectorProtocol as exc:
                     LOG.debug("volume driver %s is not supported on this host", driver_type)
-                    raise exception.VolumeDriverNotSupported(volume_driver=path)
+                    raise exception.VolumeDriverNotSupported(volume_driver=path) from exc
             return self.volume_drivers[driver_type]
 
     def _set_cache_mode(self, conf):  # type: ignore[no-untyped-def]

@@ -185,7 +185,8 @@ def check_throttle(values: Mapping[str, int], where: str) -> None:
         if kind == "total":
             for part in ("read_" + rest, "write_" + rest):
                 if part in values:
-                    raise InvalidConnectionInfo(f"{where}.{key}", f"cannot be combined with {part}")
+                    raise InvalidConnectionInfo(f"{where}.{key}",
+                                                f"cannot be combined with {part}")
         if key.endswith("_max_length"):
             burst = key[: -len("_length")]
             if burst not in values:

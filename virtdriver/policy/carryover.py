@@ -50,8 +50,8 @@ def _labels(disk: Disk) -> tuple[str, ...]:
 #: field -> (its value in a disk, where the destination's value comes from)
 PROMISES: Final[dict[str, tuple[Callable[[Disk], Any], str]]] = {
     "shareable": (lambda d: d.shareable,
-                  "connection_info.multiattach for the destination (Cinder's initialize_connection "
-                  "leaves it out; the compute service must set it)"),
+                  "connection_info.multiattach for the destination (Cinder's "
+                  "initialize_connection leaves it out; the compute service must set it)"),
     "readonly": (lambda d: d.readonly, "the attach mode prepared on the destination, or "
                                        "connection_info.data.access_mode"),
     "format": (_driver("type"), "the volume's format in connection_info.data"),

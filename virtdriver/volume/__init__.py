@@ -3,4 +3,5 @@
 from virtdriver.volume.base import HostSecret, RenderOptions, VolumeDriver, VolumeSource
 from virtdriver.volume.registry import get_driver, known_types
 
-__all__ = ["HostSecret", "RenderOptions", "VolumeDriver", "VolumeSource", "get_driver", "known_types"]
+__all__ = ["HostSecret", "RenderOptions", "VolumeDriver", "VolumeSource", "get_driver",
+           "known_types"]

@@ -191,8 +191,8 @@ def required_str(data: Mapping[str, Any], key: str) -> str:
 def absolute_path(data: Mapping[str, Any], key: str) -> str:
     value = required_str(data, key)
     if not value.startswith("/") or "/../" in value or value.endswith(("/", "/..")):
-        raise InvalidConnectionInfo(_where(key), f"{show(value)} is not an absolute path to a file "
-                                    "or device")
+        raise InvalidConnectionInfo(_where(key), f"{show(value)} is not an absolute path to a "
+                                    "file or device")
     return value
 
 
@@ -257,5 +257,6 @@ def disk_format(data: Mapping[str, Any]) -> str:
     """``data.format`` (qcow2, raw, ...) or raw."""
     value = optional_str(data, "format") or "raw"
     if value not in ("raw", "qcow2", "vmdk", "vdi", "vhdx", "vpc", "qed", "parallels", "ploop"):
-        raise InvalidConnectionInfo(_where("format"), f"{show(value)} is not a disk format QEMU opens")
+        raise InvalidConnectionInfo(_where("format"),
+                                    f"{show(value)} is not a disk format QEMU opens")
     return value

@@ -1,4 +1,5 @@
-"""A block device already on the host (os-brick's LOCAL connector): a host block device at ``data.device_path``."""
+"""A block device already on the host (os-brick's LOCAL connector): a host block device at
+``data.device_path``."""
 
 from virtdriver.volume.base import NovaBinding
 from virtdriver.volume.block import HostBlockDeviceDriver

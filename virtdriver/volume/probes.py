@@ -14,8 +14,8 @@ PROC = Path("/proc")
 PROC_FILESYSTEMS = Path("/proc/filesystems")
 DEV_FUSE = Path("/dev/fuse")
 MODULES = Path("/lib/modules")
-#: iscsiadm reaches iscsid on this abstract UNIX socket (open-iscsi's ``ISCSIADM_ABSTRACT_NAMESPACE``);
-#: systemd listens on it for a socket-activated iscsid.
+#: iscsiadm reaches iscsid on this abstract UNIX socket (open-iscsi's
+#: ``ISCSIADM_ABSTRACT_NAMESPACE``); systemd listens on it for a socket-activated iscsid.
 ISCSID_SOCKET = "@ISCSIADM_ABSTRACT_NAMESPACE"
 #: The lowest os-brick whose NVMe-oF connector finds the namespace on kernels >= 5.x (older ones
 #: cannot match a controller whose address carries ``src_addr``: "Volume device not found").

@@ -24,7 +24,8 @@ from virtdriver.volume.base import (
 
 _IMAGE_NAME = re.compile(r"[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+){1,2}")
 # libvirt's schema: 32 hex digits with all four dashes or with none
-_UUID = re.compile(r"[0-9a-fA-F]{8}(-?)[0-9a-fA-F]{4}\1[0-9a-fA-F]{4}\1[0-9a-fA-F]{4}\1[0-9a-fA-F]{12}")
+_UUID = re.compile(r"[0-9a-fA-F]{8}(-?)[0-9a-fA-F]{4}\1[0-9a-fA-F]{4}"
+                   r"\1[0-9a-fA-F]{4}\1[0-9a-fA-F]{12}")
 
 
 def _list(data: Mapping[str, Any], key: str, *, non_empty: bool = False) -> list[Any]:
@@ -62,7 +63,8 @@ class RBDVolumeDriver(VolumeDriver):
                 raise InvalidConnectionInfo(f"{DATA}.secret_uuid", f"{show(uuid)} is not a UUID")
             secret_type = optional_str(data, "secret_type") or "ceph"
             if secret_type != "ceph":
-                raise InvalidConnectionInfo(f"{DATA}.secret_type", f"{show(secret_type)} is not ceph")
+                raise InvalidConnectionInfo(f"{DATA}.secret_type",
+                                            f"{show(secret_type)} is not ceph")
             source.auth = Auth(username=auth_username(data),
                                secret=Secret(type="ceph", uuid=uuid))
         return VolumeSource("network", source)

@@ -93,7 +93,8 @@ class RemoteFsVolumeDriver(VolumeDriver):
                                         "on the mounted share: give its mount base (mount_base, "
                                         "--mount-base on the command line)")
         if not options.mount_base.startswith("/"):
-            raise InvalidConnectionInfo("mount_base", f"{show(options.mount_base)} is not absolute")
+            raise InvalidConnectionInfo("mount_base",
+                                        f"{show(options.mount_base)} is not absolute")
         return posixpath.join(mount_point(options.mount_base, self.export(data)), name)
 
     def mount_base(self, options: RenderOptions) -> str | None:

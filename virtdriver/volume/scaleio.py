@@ -1,4 +1,5 @@
-"""Dell PowerFlex (ScaleIO) volumes mapped by the SDC: a host block device at ``data.device_path``."""
+"""Dell PowerFlex (ScaleIO) volumes mapped by the SDC: a host block device at
+``data.device_path``."""
 
 from pathlib import Path
 

@@ -1,4 +1,5 @@
-"""StorPool volumes attached by the StorPool client: a host block device at ``data.device_path``."""
+"""StorPool volumes attached by the StorPool client: a host block device at
+``data.device_path``."""
 
 from pathlib import Path
 

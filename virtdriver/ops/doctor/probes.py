@@ -227,8 +227,8 @@ def directory_checks(driver: LibvirtVolumeDriver, facts: dict[str, Any]) -> list
                             "host-connection records"))
     else:
         checks.append(Check("host", "state dir", "fail",
-                            f"{driver.state_dir} {_says(state)}: attach cannot take its per-volume "
-                            "lock (use --state-dir)"))
+                            f"{driver.state_dir} {_says(state)}: attach cannot take its "
+                            "per-volume lock (use --state-dir)"))
     checks.append(Check("host", "mount base", "warn" if mounts == "unusable" else "ok",
                         f"{driver.mount_base} {_says(mounts)}: where NFS/GlusterFS/... shares "
                         "are mounted"))
@@ -267,8 +267,8 @@ def connector_check(driver: LibvirtVolumeDriver, facts: dict[str, Any]) -> Check
     detail = " ".join(shown)
     if missing:
         detail += f" (no {' or '.join(missing)}: " + ", ".join(
-            {"initiator": "iSCSI", "nqn": "NVMe-oF"}[k] for k in missing) + " cannot be exported " \
-            "to this host)"
+            {"initiator": "iSCSI", "nqn": "NVMe-oF"}[k] for k in missing) + (
+            " cannot be exported to this host)")
     return Check("storage", "connector", "ok", detail)
 
 
