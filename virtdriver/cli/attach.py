@@ -115,7 +115,7 @@ def _attach(args: argparse.Namespace) -> int:
         info, mode = read_volume(args.connection_info, args.attach_mode, args.multiattach)
         att = driver_for(args).attach_volume(info, args.domain, attach_mode=mode, **placement)
     say(f"Volume {att.volumeId} attached to {att.server_name} as {att.device} "
-          f"({att.attach_mode}{', shareable' if att.shareable else ''})")
+        f"({att.attach_mode}{', shareable' if att.shareable else ''})")
     return 0
 
 

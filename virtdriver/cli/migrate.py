@@ -70,7 +70,7 @@ def _finish(args: argparse.Namespace) -> int:
         say(f"Volume {args.volume_id} stays connected: still used by {', '.join(users)}")
     else:
         say(f"No guest on this host uses volume {args.volume_id} any more; its host "
-              "connection (if it had one) is released")
+            "connection (if it had one) is released")
     return 0
 
 

@@ -58,14 +58,12 @@ def _shown(report: Any, text: Any, json_wanted: bool, *, problem: bool) -> int:
 
 
 def _repair_labels(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from virtdriver.hypervisor.connection import Connection
-    from virtdriver.hypervisor.locks import DEFAULT_TIMEOUT, guest_lock
+    from virtdriver.cli.attach import driver_for
+    from virtdriver.hypervisor.locks import guest_lock
     from virtdriver.hypervisor.seclabels import foreign_labels, repair_definition
 
-    connection = Connection(args.connect)
-    lock_dir = Path(args.state_dir) / "locks"
+    driver = driver_for(args)  # its lock directory and lock timeout, as attach's
+    connection, options = driver.connection, driver.options
     try:
         conn, models = connection.get(), connection.security_models()
         named = {connection.domain(g).UUIDString(): g for g in args.guests}  # each must exist
@@ -73,11 +71,12 @@ def _repair_labels(args: argparse.Namespace) -> int:
                          if not named or f.guest_uuid in named}.items())
         for uuid, name in guests:
             # The guest's lock, as an attach holds it: the repair rewrites the whole definition.
-            with guest_lock(lock_dir, uuid, timeout=args.lock_timeout or DEFAULT_TIMEOUT):
+            with guest_lock(options.lock_dir, uuid, timeout=options.lock_timeout,
+                            notice_after=options.lock_notice_after):
                 fixed_labels = repair_definition(conn, connection.domain(uuid), models)
             for fixed in fixed_labels:
                 say(f"{name}: removed the <seclabel model='{fixed.model}'> of disk "
-                      f"{fixed.device} from the definition (the running guest is unchanged)")
+                    f"{fixed.device} from the definition (the running guest is unchanged)")
         repaired = {uuid for uuid, _ in guests}
         for uuid, name in named.items():
             if uuid not in repaired:
@@ -85,7 +84,7 @@ def _repair_labels(args: argparse.Namespace) -> int:
         if not guests and not named:
             say("no guest definition names a security driver this host does not run")
     finally:
-        connection.close()
+        driver.close()
     return EXIT_OK
 
 

@@ -46,7 +46,7 @@ def _swap(args: argparse.Namespace) -> int:
         say(as_json(att.to_api()))
     else:
         say(f"Guest {att.server_name} now uses volume {att.volumeId} as {att.device} "
-              f"({att.attach_mode}{', shareable' if att.shareable else ''})")
+            f"({att.attach_mode}{', shareable' if att.shareable else ''})")
     return 0
 
 

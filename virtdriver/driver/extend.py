@@ -12,7 +12,6 @@ partial success that looks like a whole one.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, TypedDict
@@ -31,6 +30,7 @@ from virtdriver.errors import (
 from virtdriver.formatting import human
 from virtdriver.hypervisor import brick
 from virtdriver.hypervisor.connection import libvirt_message
+from virtdriver.hypervisor.dataid import host_size
 from virtdriver.hypervisor.domains import DiskUse
 from virtdriver.hypervisor.resize import resize_disk
 
@@ -162,10 +162,7 @@ def _refresh_host(host: Host, request: VolumeRequest, users: list[DiskUse]) -> i
                              **host.extend_connector_options(request))
     source = users[0].disk.source
     if grown is None and source is not None and source.file:
-        try:
-            grown = os.stat(source.file).st_size  # a file on a share: visible here as it is
-        except OSError:
-            grown = None
+        grown = host_size(users[0].disk)  # a file on a share: visible here as it is
     return grown
 
 
