@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine, or one of its layers (README.md: "Test layers").
+# A test's folder says what it needs: tests/fast (nothing), tests/host and tests/inguest (a real
+# libvirtd, guests, backends), tests/nova (nova's venv), tests/nested (the nested test host).
 #
 #   ./scripts/test.sh                 everything (CI: .ci/run), the layers below in this order
-#   ./scripts/test.sh --fast          no libvirtd, no guest, no backend: model, render, policy,
-#                                     reader, CLI input handling (pytest -m "not hypervisor and
-#                                     not kernel_initiator"), mypy and ruff; sets up only .venv
-#                                     if it is missing
+#   ./scripts/test.sh --fast          tests/fast: no libvirtd, no guest, no backend (model, render,
+#                                     policy, reader, CLI input handling), mypy and ruff; sets up
+#                                     only .venv if it is missing
 #   ./scripts/test.sh --hypervisor    host setup (libvirt, QEMU, .venv), the storage test backends
 #                                     on 127.0.0.1 (tgt, qemu-nbd, Ceph, Gluster) and a real Cinder
 #                                     on that Ceph (torn down afterwards if this run started them),
-#                                     then the pytest tests marked `hypervisor` or
-#                                     `kernel_initiator` (real libvirtd,
-#                                     guests, in-guest tests: testhosts/linuxguest, cached under
+#                                     then tests/host and tests/inguest (real libvirtd, guests; the
+#                                     in-guest Linux guest is cached under
 #                                     /var/tmp/virtdriver-linuxguest), then the benchmark report's
 #                                     quick mode (that it runs; figures unchecked)
 #   ./scripts/test.sh --nova          nova 34's own tests through virtdriver.nova beside nova's own
@@ -19,15 +19,15 @@
 #                                     functional tests of volumes, then tests/nova (fidelity, real
 #                                     guests) (scripts/nova-suite.sh: about 8-10 min on 2 cores;
 #                                     its venv cached under /var/tmp)
-#   ./scripts/test.sh --nested        tests/lsm inside the nested test host, once with SELinux
+#   ./scripts/test.sh --nested        tests/nested inside the nested test host, once with SELinux
 #                                     enforcing and once with AppArmor (scripts/test-nested.sh;
 #                                     image cached under /var/tmp/virtdriver-nested, about 15 min
 #                                     on a fresh machine: testhosts/README.md)
 #
 # Layer options combine (--fast --nova). Without one, everything runs: pytest over the fast and
-# the hypervisor tests in one session, then nova, then nested; VIRTDRIVER_SKIP_NOVA=1 and
+# the host tests in one session, then nova, then nested; VIRTDRIVER_SKIP_NOVA=1 and
 # VIRTDRIVER_SKIP_NESTED=1 leave those out of the whole run (CI runs them). Arguments after the
-# options (or after --) go to pytest.
+# options (or after --) go to pytest; those that name tests (tests/...) replace the folders.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
@@ -51,6 +51,13 @@ if [ "$chosen" = 0 ]; then
 fi
 
 status=0
+# The layer's folders, unless the pytest arguments name tests of their own.
+args=("$@")
+layer() {
+    local a
+    for a in "${args[@]}"; do case "$a" in tests/*) return ;; esac; done
+    echo "$@"
+}
 if [ "$hypervisor" = 1 ] || [ "$nova" = 1 ] || [ "$nested" = 1 ] || [ ! -x .venv/bin/python ] \
         || [ pyproject.toml -nt .venv/.virtdriver-installed ]; then
     ./scripts/setup-host.sh
@@ -81,11 +88,9 @@ if [ "$hypervisor" = 1 ]; then
         if [ "$started_backends" = 1 ]; then ./scripts/test-backends.sh down || true; fi
     }
     trap cleanup EXIT
-    if [ "$fast" = 1 ]; then
-        .venv/bin/python -m pytest "$@" || status=$?  # one session: fast and hypervisor tests
-    else
-        .venv/bin/python -m pytest -m "hypervisor or kernel_initiator" "$@" || status=$?
-    fi
+    folders=(tests/host tests/inguest)
+    [ "$fast" = 1 ] && folders=(tests/fast "${folders[@]}")  # one session: fast and host tests
+    .venv/bin/python -m pytest $(layer "${folders[@]}") "$@" || status=$?
     # The benchmark report in its quick mode (about half a minute, into a temporary directory):
     # it must keep running; benchmarks/report.py without --quick makes the committed report.
     quick=$(mktemp -d)
@@ -97,7 +102,7 @@ if [ "$hypervisor" = 1 ]; then
     rm -rf "$quick"
 elif [ "$fast" = 1 ]; then
     # both cores (pytest-xdist): the fast tests share no host state
-    .venv/bin/python -m pytest -q -n auto -m "not hypervisor and not kernel_initiator" "$@" || status=$?
+    .venv/bin/python -m pytest -q -n auto $(layer tests/fast) "$@" || status=$?
 fi
 if [ "$nova" = 1 ]; then
     ./scripts/nova-suite.sh || status=1

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import EMBED_CHILD
+from tests.support import EMBED_CHILD, ROOT
 from tests.support.backends import (  # noqa: F401 - fixtures, found by name
     backends,
     ceph_secret,
@@ -24,7 +24,6 @@ from tests.support.fixtures import (  # noqa: F401 - fixtures, found by name
 )
 from virtdriver.config.schema import disk_schema, validate_disk
 
-ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 
 
@@ -35,8 +34,8 @@ def schema_valid():
     return validate_disk
 
 
-# The embedded driver's tests run in a child pytest of their own (tests/test_embed.py).
-collect_ignore = [] if EMBED_CHILD else ["embed"]
-# tests/lsm runs inside the nested test host only (scripts/test-nested.sh sets VIRTDRIVER_NESTED).
+# The embedded driver's tests run in a child pytest of their own (tests/host/test_embed.py).
+collect_ignore = [] if EMBED_CHILD else ["host/embed"]
+# tests/nested runs inside the nested test host only (scripts/test-nested.sh sets it).
 if not os.environ.get("VIRTDRIVER_NESTED"):
-    collect_ignore.append("lsm")
+    collect_ignore.append("nested")

@@ -36,7 +36,7 @@ case "$lsm" in
     *) echo "run.sh: --lsm selinux|apparmor is required" >&2; exit 2 ;;
 esac
 pytest_args=("$@")
-((${#pytest_args[@]})) || pytest_args=(tests/lsm)
+((${#pytest_args[@]})) || pytest_args=(tests/nested)
 results=${results:-$repo/build/nested/$lsm}
 tag="[nested-$lsm]"
 say() { printf '%s %s\n' "$tag" "$*"; }

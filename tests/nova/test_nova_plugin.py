@@ -28,7 +28,7 @@ pytestmark = pytest.mark.hypervisor
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from tests.test_plugin_protocol import install  # noqa: E402
+from tests.host.test_plugin_protocol import install  # noqa: E402
 
 NOVA_PROCESS = r"""
 import json, sys

@@ -5,8 +5,12 @@ workers and a private libvirtd."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
+
+# the checkout: scripts/, fixtures/, docs/ are found from here
+ROOT = Path(__file__).resolve().parents[2]
 
 # The embedded QEMU driver takes over every qemu:/// URI of the process that loaded it (a later
 # qemu:///system open fails with "Missing URI parameter 'root'"), so its tests run in a child
-# pytest of their own (tests/test_embed.py starts it).
+# pytest of their own (tests/host/test_embed.py starts it).
 EMBED_CHILD = os.environ.get("VIRTDRIVER_EMBED_CHILD") == "1"

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import ROOT
 from virtdriver.hypervisor import mounts
 
-SCRIPT = Path(__file__).resolve().parent.parent.parent / "scripts" / "test-backends.sh"
+SCRIPT = ROOT / "scripts" / "test-backends.sh"
 
 
 @pytest.fixture(scope="session")

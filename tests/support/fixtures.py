@@ -1,7 +1,7 @@
 """pytest fixtures over real parts: a real libvirtd, real OS-less guests, real loop devices.
 
-Imported by tests/conftest.py (so every test can ask for them); tests/embed/conftest.py adds the
-same for the embedded driver.
+Imported by tests/conftest.py (so every test can ask for them); tests/host/embed/conftest.py
+adds the same for the embedded driver.
 """
 
 from __future__ import annotations

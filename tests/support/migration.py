@@ -25,11 +25,11 @@ import libvirt
 import pytest
 
 from testhosts.guests import Guests, open_connection
+from tests.support import ROOT
 from tests.support.fixtures import made_guests, opened
 from tests.support.volumes import local_volume
 from virtdriver import LibvirtVolumeDriver
 
-ROOT = Path(__file__).resolve().parents[2]
 STARTED, STOPPED = libvirt.VIR_DOMAIN_EVENT_STARTED, libvirt.VIR_DOMAIN_EVENT_STOPPED
 MIGRATED_IN = libvirt.VIR_DOMAIN_EVENT_STARTED_MIGRATED
 MIGRATED_OUT = libvirt.VIR_DOMAIN_EVENT_STOPPED_MIGRATED

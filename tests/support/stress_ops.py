@@ -1,4 +1,4 @@
-"""Random attach/detach operations for the concurrency stress test (tests/test_stress.py).
+"""Random attach/detach operations for the concurrency stress test (tests/host/test_stress.py).
 
 Used by the test's own threads and by the worker processes (tests/support/stress_worker.py)
 alike, so both classify outcomes the same way. An operation's outcome is ``ok`` or one of the

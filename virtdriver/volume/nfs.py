@@ -12,7 +12,7 @@ class NFSVolumeDriver(RemoteFsVolumeDriver):
     brick_protocol = "NFS"
     # Files on an NFS mount are nfs_t (no labels over NFS unless the export has security_label):
     # libvirt's relabel is not supported there and it goes on; svirt_t may then open them only
-    # with this boolean (seen on Debian 12, tests/lsm/test_nfs_share.py).
+    # with this boolean (seen on Debian 12, tests/nested/test_nfs_share.py).
     selinux_booleans = ("virt_use_nfs",)
 
     def host_probe(self) -> tuple[bool, str] | None:
