@@ -65,7 +65,7 @@ def main() -> None:
             data = path_identity(str(image))
             for _ in range(args.calls):
                 t0 = time.perf_counter()
-                users = driver.hosting.users(vid, data)
+                users = driver.compute_host.users(vid, data)
                 samples.append(time.perf_counter() - t0)
             assert len({u.guest_uuid for u in users}) == count
             rows.append({"guests": count, "decision_ms": round(statistics.median(samples) * 1000,

@@ -84,7 +84,7 @@ def main() -> None:
             elapsed = time.perf_counter() - t0
             remove_all(subset, build_disk(info, target_dev="sda", bus="scsi",
                                           scsi_unit=0).to_xml())
-            driver.host.forget(info["data"]["volume_id"])
+            driver.records.forget(info["data"]["volume_id"])
             return elapsed, connects - before
 
         def raw_round(subset: list[libvirt.virDomain]) -> float:

@@ -270,7 +270,7 @@ def run(story: Story, ws: Workspace, uri: str | None, guest_view: bool = False) 
 
     story.next(f"Detach from {a.name()}")
     driver.detach_volume(a.name(), vid)
-    story.expect(driver.host.connected() == [vid], "the host connection should be kept")
+    story.expect(driver.records.connected() == [vid], "the host connection should be kept")
     story.result(f"host connection kept: {b.name()} still uses the volume")
     story.expect(read_pattern(b, alias, PATTERN), f"{b.name()} lost the data")
     story.result(f"{b.name()} still reads {PATTERN:#04x}")
@@ -280,7 +280,7 @@ def run(story: Story, ws: Workspace, uri: str | None, guest_view: bool = False) 
 
     story.next(f"Detach from {b.name()}, the last user on this host")
     driver.detach_volume(b.name(), vid)
-    story.expect(driver.host.connected() == [], "the host connection should be released")
+    story.expect(driver.records.connected() == [], "the host connection should be released")
     story.result("host connection released (os-brick disconnect)")
 
 

@@ -48,22 +48,22 @@ def test_the_listing_that_finds_arrivals_says_which_volumes_have_a_record(tmp_pa
     lock's holder makes or removes the volume's record: the listing then says whether the
     volume has one, so a new volume's record is not looked for again. A damaged record in the
     listing still stops the attach; without a listing, the record is read as before."""
-    from virtdriver.driver.host import Host
+    from virtdriver.driver.compute_host import ComputeHost
     from virtdriver.driver.options import HostOptions
     from virtdriver.errors import DamagedRecord
-    from virtdriver.hypervisor.domains import HostView
+    from virtdriver.hypervisor.domains import DomainsView
 
-    host = Host("qemu:///system", HostOptions(state_dir=tmp_path))
+    host = ComputeHost("qemu:///system", HostOptions(state_dir=tmp_path))
     assert host.records.arrivals_listed() == ([], frozenset())  # no directory yet
     host.records.save("kept", HostRecord(protocol="LOCAL", arriving=[ARRIVAL]))
     (host.records.records / "damaged.json").write_text("{")
     found, names = host.records.arrivals_listed()
     assert [a.guest for a in found] == ["g1"]
     assert names == frozenset({"kept.json", "damaged.json"})
-    view = HostView([], [], names)
+    view = DomainsView([], [], names)
     assert host.check_record("kept", view).protocol == "LOCAL"
     assert host.check_record("new", view) == HostRecord()
-    for seen in (view, HostView([], [], None), None):
+    for seen in (view, DomainsView([], [], None), None):
         try:
             host.check_record("damaged", seen)
             raise AssertionError("a damaged record was not refused")

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from lxml import etree
 
 from virtdriver.hypervisor.dataid import DataIdentity
-from virtdriver.hypervisor.domains import DomainXml, HostView, ListedDomain, source_token
+from virtdriver.hypervisor.domains import DomainsView, DomainXml, ListedDomain, source_token
 from virtdriver.hypervisor.metadata import NS
 from virtdriver.hypervisor.volume_users import Wanted
 from virtdriver.policy.identity import alias_for
@@ -176,7 +176,7 @@ def test_the_view_parses_only_what_can_matter(tmp_path: Path) -> None:
     mine = read(domain("a", [disk("file", {"file": str(image)}, alias_for("v1"), "sda")]))
     others = [read(domain(f"o{i}", [disk("file", {"file": str(tmp_path / f"o{i}")},
                                          alias_for(f"w{i}"), "sda")])) for i in range(5)]
-    view = HostView([mine, *others])
+    view = DomainsView([mine, *others])
     from virtdriver.hypervisor.dataid import path_identity
 
     uses = view.uses("v1", path_identity(str(image)))

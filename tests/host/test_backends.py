@@ -58,11 +58,11 @@ def multiattach_story(guests, driver: LibvirtVolumeDriver, info: dict, released:
 
     driver.detach_volume(a.name(), vid)
     assert read_pattern(b, alias, pattern, offset=offset)
-    assert driver.host.connected() == [vid] or not driver.host.connected()
+    assert driver.records.connected() == [vid] or not driver.records.connected()
     if still_connected is not None:
         assert still_connected()
     driver.detach_volume(b.name(), vid)
-    assert driver.host.connected() == []
+    assert driver.records.connected() == []
     assert wait_until(released.check), f"{released.what} still there after the last detach"
 
 
@@ -112,7 +112,7 @@ def test_native_iscsi_wrong_password_is_refused_and_cleaned(guests, backends, tm
         driver.attach_volume(info, dom.name())
     assert "not-the-password-42" not in str(caught.value)
     assert driver.list_attachments(dom.name()) == []
-    assert driver.host.connected() == []
+    assert driver.records.connected() == []
     assert not any("virtdriver-iscsi-" in (s.usageID() or "")
                    for s in system_conn.listAllSecrets(0))
 
@@ -208,7 +208,7 @@ def test_kernel_bound_connector_fails_cleanly(volume_type, guests, tmp_path,
     assert elapsed < 120, f"os-brick took {elapsed:.0f} s to give up"  # bounded scan attempts
     assert "os-brick could not connect" in str(caught.value)
     assert driver.list_attachments(dom.name()) == []
-    assert driver.host.connected() == []
+    assert driver.records.connected() == []
     assert _iscsi_node_records() == nodes_before
     from virtdriver.hypervisor.locks import lock_is_free
 

@@ -46,7 +46,7 @@ def test_the_driver_sees_every_change_made_behind_its_back(guests, volume_driver
     a.destroy()
     a.connect().defineXML(xml.replace("</devices>", foreign + "</devices>"))
     volume_driver.detach_volume(b.name(), info["data"]["volume_id"])
-    assert volume_driver.host.connected() == sorted([warm["data"]["volume_id"],
+    assert volume_driver.records.connected() == sorted([warm["data"]["volume_id"],
                                                      info["data"]["volume_id"]])
 
 

@@ -128,7 +128,7 @@ def test_cinder_multiattach_rw_and_ro(cinder, cinder_secret, multiattach_type, g
 
         driver.detach_volume(a.name(), vid)
         driver.detach_volume(b.name(), vid)
-        assert driver.host.connected() == []
+        assert driver.records.connected() == []
         for att in list(made):
             cinder.delete_attachment(att)
             made.remove(att)
@@ -159,7 +159,7 @@ def test_cinder_refuses_a_second_attachment_of_a_plain_volume(cinder, cinder_sec
         with pytest.raises(PolicyRefusal):
             driver.attach_volume(doc, b.name())
         driver.detach_volume(a.name(), vid)
-        assert driver.host.connected() == []
+        assert driver.records.connected() == []
     finally:
         cinder.delete_attachment(first["attachment"]["id"])
         cinder.wait_volume(vid, ("available",))

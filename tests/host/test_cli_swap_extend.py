@@ -205,14 +205,14 @@ def test_ctrl_c_during_the_copy_leaves_the_guest_on_the_old_volume(guests, tmp_p
         status, output = on_pty(command(state, "swap", dom.name(), old, new),
                                 interrupt_once_the_bar_shows)
         assert interrupted and status == 130, output
-        assert (f"virtdriver: error: interrupted: the copy was cancelled; {dom.name()} keeps "
+        assert (f"virtdriver: error: interrupted (the copy was cancelled; {dom.name()} keeps "
                 "its old volume") in output
         assert dom.blockJobInfo("sda", 0) == {}  # no copy left running
         driver = LibvirtVolumeDriver("qemu:///system", state_dir=state)
         try:
             (att,) = driver.list_attachments(dom.name())
             assert (att.volumeId, att.source) == (old_info["data"]["volume_id"], old_dev.device)
-            assert driver.host.connected() == [old_info["data"]["volume_id"]]  # new released
+            assert driver.records.connected() == [old_info["data"]["volume_id"]]  # new released
         finally:
             driver.close()
 
@@ -238,6 +238,6 @@ def test_a_copy_that_runs_out_of_time_exits_4_and_keeps_the_old_volume(guests,
         try:
             (att,) = driver.list_attachments(dom.name())
             assert att.source == old_dev.device
-            assert driver.host.connected() == [old_info["data"]["volume_id"]]
+            assert driver.records.connected() == [old_info["data"]["volume_id"]]
         finally:
             driver.close()

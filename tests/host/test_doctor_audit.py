@@ -212,7 +212,7 @@ def test_audit_reports_a_leaked_host_connection(guests, volume_driver, loop_devi
         detach_and_wait(events, a, disk, f"ua-{vid}")
     a.detachDeviceFlags(disk, libvirt.VIR_DOMAIN_AFFECT_CONFIG)
     assert volume_driver.list_attachments(a.name()) == []
-    assert attachment.volumeId in volume_driver.host.connected()
+    assert attachment.volumeId in volume_driver.records.connected()
 
     report = audit_host(system_conn, volume_driver.state_dir)
     volume = report.volume(vid)

@@ -156,7 +156,7 @@ def test_extend_glusterfs_fuse_on_a_private_root(guests, backends, tmp_path,
         with pytest.raises(AttachFailed, match="Shut the guest down and start it again"):
             driver.attach_volume(info, early.name())
         assert mounts.propagates(private_mount_base)  # the driver made the base shared
-        assert driver.host.connected() == []
+        assert driver.records.connected() == []
         share = mount_point(private_mount_base, backends["VD_GLUSTER_SHARE"])
         assert not os.path.ismount(share)  # the refused attach released the mount
 

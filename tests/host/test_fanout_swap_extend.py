@@ -96,7 +96,7 @@ def test_fan_out_is_all_or_nothing(guests, volume_driver, loop_device, system_co
         for dom in [*doms, odd]:
             assert volume_driver.list_attachments(dom.name()) == []
             assert info["data"]["volume_id"] not in dom.XMLDesc(0)
-        assert volume_driver.host.connected() == []
+        assert volume_driver.records.connected() == []
     finally:
         odd.destroy()
 
@@ -123,13 +123,13 @@ def test_swap_keeps_device_and_attach_mode_and_data(guests, volume_driver, mode)
         with open(new_dev.device, "rb") as fh:  # the bytes really are on the new volume
             fh.seek(8192)
             assert fh.read(4096) == b"\x6b" * 4096
-        assert volume_driver.host.connected() == [new["data"]["volume_id"]]
+        assert volume_driver.records.connected() == [new["data"]["volume_id"]]
         assert old_dev.device not in dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
         # The old volume is free again, and the new one detaches by its own id.
         assert volume_driver.volume_users(old["data"]["volume_id"]) == []
         volume_driver.detach_volume(dom.name(), new["data"]["volume_id"])
         assert volume_driver.list_attachments(dom.name()) == []
-        assert volume_driver.host.connected() == []
+        assert volume_driver.records.connected() == []
 
 
 def test_swap_from_a_volume_written_by_another_guest_is_refused(guests, volume_driver,
@@ -218,7 +218,7 @@ def test_extend_reaches_every_guest_rw_and_ro(guests, volume_driver) -> None:
         volume_driver.detach_volume(b.name(), vid)
         assert [e for e in query_block(b) if e.get("inserted")] == []
         volume_driver.detach_volume(a.name(), vid)
-        assert volume_driver.host.connected() == [vid]  # C's definition still has it
+        assert volume_driver.records.connected() == [vid]  # C's definition still has it
 
 
 def test_extend_one_read_only_guest_through_the_compute_api(guests, volume_driver) -> None:

@@ -65,7 +65,7 @@ pytestmark = pytest.mark.hypervisor
 def assert_clean(conn: libvirt.virConnect, driver: Any, volume_id: str) -> None:
     """The volume is nowhere: no disk in any guest, no host record, no lock held."""
     assert volume_disks(conn, volume_id) == [], volume_disks(conn, volume_id)
-    assert volume_id not in driver.host.connected()
+    assert volume_id not in driver.records.connected()
     assert_no_lock_held(driver)
 
 
@@ -235,7 +235,7 @@ def test_b_a_refused_attach_keeps_the_other_guests_attachment(
     with pytest.raises(AttachFailed):
         volume_driver.attach_volume(info, b.name(), bus="virtio")
     assert not in_live_xml(b, vid) and not in_definition(b, vid)
-    assert volume_driver.host.connected() == [vid]  # A still uses it: not disconnected
+    assert volume_driver.records.connected() == [vid]  # A still uses it: not disconnected
     assert read_pattern(a, alias, 0x42)
     write_pattern(a, alias, 0x43)
     check_consistent(system_conn, volume_driver, {vid: True})
@@ -363,7 +363,7 @@ def test_d_a_guest_stopped_while_the_detach_waits_ends_the_wait(
     stopper.join()
     assert waited < 30, f"the detach waited {waited:.0f} s for a guest that was gone"
     assert not in_definition(a, vid)
-    assert volume_driver.host.connected() == []
+    assert volume_driver.records.connected() == []
 
 
 def test_d_a_guest_that_does_not_release_keeps_the_attachment_until_it_does(
@@ -382,7 +382,7 @@ def test_d_a_guest_that_does_not_release_keeps_the_attachment_until_it_does(
         assert f"did not release volume {vid} within 0.5 s" in str(caught.value)
         # In place: live and in the definition, the host connection kept, no lock held.
         assert in_live_xml(a, vid) and in_definition(a, vid), f"attempt {attempt}"
-        assert volume_driver.host.connected() == [vid]
+        assert volume_driver.records.connected() == [vid]
         assert_no_lock_held(volume_driver)
         check_consistent(system_conn, volume_driver, {vid: False})
     # The guest confirms late (as a slow guest OS would); the next detach then succeeds.
@@ -422,7 +422,7 @@ def test_e_guest_destroyed_between_host_connect_and_attach(
     a = guests.start("a", persistent=persistent)
     info = local_volume(loop_device.device, multiattach=True)
     vid = info["data"]["volume_id"]
-    fired = destroy_when(mocker, volume_driver.host, "connect", a)
+    fired = destroy_when(mocker, volume_driver.records, "connect", a)
     with pytest.raises(AttachFailed) as caught:
         volume_driver.attach_volume(info, a.name())
     assert fired == [1]
@@ -453,7 +453,7 @@ def test_e_guest_destroyed_during_detach(persistent: bool, when: str, guests, vo
     if persistent:
         assert not in_definition(a, vid)
     # B still has the volume: the host connection stays, and B's data path works.
-    assert volume_driver.host.connected() == [vid]
+    assert volume_driver.records.connected() == [vid]
     assert read_pattern(b, f"ua-{vid}", 0x00)
     assert {d.domain for d in volume_disks(system_conn, vid)} == {b.name()}
     check_consistent(system_conn, volume_driver, {vid: True})
@@ -532,7 +532,7 @@ def test_e_guest_destroyed_at_random_moments(guests, volume_driver, system_conn,
                 except NotAttached:
                     pass
         for vid in vids:
-            if vid in volume_driver.host.connected() and not volume_disks(system_conn, vid):
+            if vid in volume_driver.records.connected() and not volume_disks(system_conn, vid):
                 # a transient guest vanished with the volume: the next use releases it
                 other = guests.start("cleanup")
                 info = shared if vids[vid] else single
@@ -589,10 +589,10 @@ def test_f_libvirtd_restart_between_attach_and_detach(
         # The same driver object (its connection died with the daemon) detaches correctly,
         # and the accounting, read from libvirt, is still right.
         private_driver.detach_volume(a.name(), mid)
-        assert private_driver.host.connected() == sorted([mid, sid])
+        assert private_driver.records.connected() == sorted([mid, sid])
         assert read_pattern(fb, f"ua-{mid}", 0x6B)
         private_driver.detach_volume(a.name(), sid)
-        assert private_driver.host.connected() == [mid]
+        assert private_driver.records.connected() == [mid]
         private_driver.detach_volume(b.name(), mid)
         for vid in volumes:
             assert_clean(conn, private_driver, vid)

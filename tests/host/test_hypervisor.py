@@ -85,13 +85,13 @@ def test_multiattach_rw_and_ro_share_bytes_and_refuse_ro_writes(
     assert alias not in a.XMLDesc(0) and alias not in config_xml(a)
     assert read_pattern(b, alias, 0x5A)
     assert disconnects.call_count == 0
-    assert volume_driver.host.connected() == [info["data"]["volume_id"]]
+    assert volume_driver.records.connected() == [info["data"]["volume_id"]]
 
     # Detaching B, the last user, disconnects the host side.
     volume_driver.detach_volume(b.name(), info["data"]["volume_id"])
     assert alias not in b.XMLDesc(0) and alias not in config_xml(b)
     assert disconnects.call_count == 1
-    assert volume_driver.host.connected() == []
+    assert volume_driver.records.connected() == []
 
 
 def test_non_multiattach_volume_is_refused_for_a_second_guest(
@@ -116,7 +116,7 @@ def test_same_device_under_another_volume_id_is_refused(
     with pytest.raises(VolumeInUse, match="already used"):
         volume_driver.attach_volume(other, b.name())
     assert volume_driver.list_attachments(b.name()) == []
-    assert other["data"]["volume_id"] not in volume_driver.host.connected()
+    assert other["data"]["volume_id"] not in volume_driver.records.connected()
 
 
 @pytest.mark.parametrize("fan_out", [False, True], ids=["attach", "fan-out"])
@@ -134,7 +134,7 @@ def test_a_refused_clash_never_disconnects_the_other_attachments_device(
         else:
             volume_driver.attach_volume(other, b.name())
     assert disconnects.call_count == 0
-    assert volume_driver.host.connected() == [first["data"]["volume_id"]]
+    assert volume_driver.records.connected() == [first["data"]["volume_id"]]
     assert volume_driver.list_attachments(b.name()) == []
     assert [x.volumeId for x in volume_driver.list_attachments(a.name())] == [
         first["data"]["volume_id"]]
@@ -150,7 +150,7 @@ def test_failed_attach_leaves_no_disk_and_no_host_connection(
         volume_driver.attach_volume(info, a.name(), bus="virtio")
     assert caught.value.libvirt_message
     assert (a.XMLDesc(0), config_xml(a)) == before
-    assert volume_driver.host.connected() == []
+    assert volume_driver.records.connected() == []
     assert disconnects.call_count == 1
 
 
@@ -221,7 +221,7 @@ def test_parallel_detaches_disconnect_exactly_once_after_the_last(
             t.join(60)
         # Exactly one host disconnect, and at that moment no guest had the device any more.
         assert disconnects.calls[calls_before:] == [set()]
-        assert workers[0].host.connected() == []
+        assert workers[0].records.connected() == []
         assert workers[0].volume_users(vid) == []
         for w in workers:
             w.close()
@@ -308,7 +308,7 @@ def test_lun_on_a_loop_device_is_refused_clearly_and_defined_with_managed_reserv
     assert "SG_IO" in caught.value.libvirt_message
     assert (a.XMLDesc(0), config_xml(a)) == before
     assert pr_helpers_of(a) == []
-    assert volume_driver.host.connected() == []
+    assert volume_driver.records.connected() == []
 
     a.destroy()
     volume_driver.attach_volume(info, a.name(), device="lun", bus="scsi")

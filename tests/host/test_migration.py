@@ -81,13 +81,13 @@ def test_a_guest_moves_and_its_neighbour_keeps_the_volume(guests, dest_guests, d
     write_pattern(moved, alias, 0x6B, offset=8192)
     assert read_pattern(b, alias, 0x6B, offset=8192)
     # Each host keeps its connection for its own guest; the arrival note is gone.
-    assert source.host.connected() == [vid] and destination.host.connected() == [vid]
+    assert source.records.connected() == [vid] and destination.records.connected() == [vid]
     assert arriving_notes(destination) == []
 
     source.detach_volume(b.name(), vid)
-    assert source.host.connected() == []
+    assert source.records.connected() == []
     destination.detach_volume(a.name(), vid)
-    assert destination.host.connected() == []
+    assert destination.records.connected() == []
 
 
 def test_a_refused_migration_leaves_both_hosts_as_they_were(guests, dest_guests, drivers,
@@ -103,8 +103,8 @@ def test_a_refused_migration_leaves_both_hosts_as_they_were(guests, dest_guests,
     assert "still runs on the source" in str(refused.value)
 
     assert a.isActive() and a.XMLDesc(0) == xml_before
-    assert source.host.connected() == [vid]
-    assert destination.host.connected() == [] and arriving_notes(destination) == []
+    assert source.records.connected() == [vid]
+    assert destination.records.connected() == [] and arriving_notes(destination) == []
     write_pattern(a, f"ua-{vid}", 0x2C)
     assert read_pattern(b, f"ua-{vid}", 0x2C)
 
@@ -121,7 +121,7 @@ def test_a_shared_disk_cached_on_the_host_is_refused_before_anything_moves(
     with pytest.raises(MigrationRefused) as refused:
         source.migrate(a.name(), destination, [], uri=migration_uri())
     assert "cache='none'" in str(refused.value) and "sdc" in str(refused.value)
-    assert a.isActive() and destination.host.connected() == []
+    assert a.isActive() and destination.records.connected() == []
 
 
 def test_an_arriving_guest_uses_the_volume_on_the_destination_until_aborted(
@@ -133,7 +133,7 @@ def test_an_arriving_guest_uses_the_volume_on_the_destination_until_aborted(
     arriving = str(uuid.uuid4())
 
     destination.prepare_incoming(info, arriving, "rw")
-    assert destination.host.connected() == [vid]
+    assert destination.records.connected() == [vid]
     from virtdriver.ops.audit import audit_host
 
     report = audit_host(destination.connection.get(), destination.state_dir)
@@ -141,14 +141,14 @@ def test_an_arriving_guest_uses_the_volume_on_the_destination_until_aborted(
     with pytest.raises(VolumeInUse) as refused:  # not multiattach: the arriving guest has it
         destination.attach_volume(info, neighbour.name())
     assert "arriving by live migration" in str(refused.value)
-    assert destination.host.connected() == [vid]  # the refusal kept the prepared connection
+    assert destination.records.connected() == [vid]  # the refusal kept the prepared connection
 
     assert destination.abort_incoming(arriving, vid) is True
-    assert destination.host.connected() == [] and arriving_notes(destination) == []
+    assert destination.records.connected() == [] and arriving_notes(destination) == []
     assert destination.abort_incoming(arriving, vid) is False
     destination.attach_volume(info, neighbour.name())  # free again
     destination.detach_volume(neighbour.name(), vid)
-    assert destination.host.connected() == []
+    assert destination.records.connected() == []
 
 
 def test_the_cli_migrates_like_the_api(guests, dest_guests, drivers, loop_device,
@@ -164,10 +164,10 @@ def test_the_cli_migrates_like_the_api(guests, dest_guests, drivers, loop_device
         f"Guest {a.name()} migrated to {destination.uri}",
         f"Volume {vid} stays connected on this host: other guests here still use it"]
     assert [x.attach_mode for x in destination.list_attachments(a.name())] == ["rw"]
-    assert source.host.connected() == [vid] == destination.host.connected()
+    assert source.records.connected() == [vid] == destination.records.connected()
     source.detach_volume(b.name(), vid)
     destination.detach_volume(a.name(), vid)
-    assert source.host.connected() == [] == destination.host.connected()
+    assert source.records.connected() == [] == destination.records.connected()
 
 
 @pytest.mark.parametrize("instance", ["", "a\nb", "x" * 300, None])
@@ -179,7 +179,7 @@ def test_an_unusable_instance_is_refused_before_the_host_is_touched(
     info = local_volume(loop_device.device, multiattach=True)
     with pytest.raises(InvalidRequest, match="is not a guest name or UUID"):
         destination.prepare_incoming(info, instance, "rw")
-    assert destination.host.connected() == []
+    assert destination.records.connected() == []
 
 
 # ---- (3) an interrupt: the outcome follows where the guest is ----------------------------------
@@ -188,8 +188,8 @@ def assert_stayed(a: Any, source: Any, destination: Any, vid: str, xml_before: s
     """The guest runs on the source as before; the destination holds nothing for it."""
     assert a.isActive() and a.XMLDesc(0) == xml_before
     assert not runs_on(destination.connection.get(), a.name())
-    assert source.host.connected() == [vid]
-    assert destination.host.connected() == [] and arriving_notes(destination) == []
+    assert source.records.connected() == [vid]
+    assert destination.records.connected() == [] and arriving_notes(destination) == []
 
 
 def assert_moved(a: Any, b: Any, source: Any, destination: Any, vid: str) -> None:
@@ -199,11 +199,11 @@ def assert_moved(a: Any, b: Any, source: Any, destination: Any, vid: str) -> Non
     assert not runs_on(source.connection.get(), a.name())
     [moved] = destination.list_attachments(a.name())
     assert (moved.attach_mode, moved.shareable, moved.cache) == ("rw", True, "none")
-    assert source.host.connected() == [vid] == destination.host.connected()
+    assert source.records.connected() == [vid] == destination.records.connected()
     assert arriving_notes(destination) == []
     source.detach_volume(b.name(), vid)
     destination.detach_volume(a.name(), vid)
-    assert source.host.connected() == [] == destination.host.connected()
+    assert source.records.connected() == [] == destination.records.connected()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -339,7 +339,7 @@ def test_a_shared_disk_arrives_with_every_promise_kept(guests, dest_guests, driv
     assert read_pattern(b, f"ua-{vid}", 0x4E)  # still one shared disk, written from there
     source.detach_volume(b.name(), vid)
     destination.detach_volume(a.name(), vid)
-    assert source.host.connected() == [] == destination.host.connected()
+    assert source.records.connected() == [] == destination.records.connected()
 
 
 def without_multiattach(info: dict[str, Any]) -> None:
@@ -385,7 +385,7 @@ def test_the_manual_path_refuses_an_unshared_arrival_of_a_shared_disk(
                                                "with shareable=true"):
         destination.incoming_xml(xml, [cinders])
     assert destination.abort_incoming(a.UUIDString(), vid) is True
-    assert destination.host.connected() == [] and arriving_notes(destination) == []
+    assert destination.records.connected() == [] and arriving_notes(destination) == []
 
 
 # ---- (2) a detach racing a migration is never reported as done ----------------------------------
@@ -482,7 +482,7 @@ def assert_free_for_another(dest_guests: Any, destination: Any, info: dict[str, 
     other = dest_guests.start("o")
     destination.attach_volume(info, other.name())
     destination.detach_volume(other.name(), info["data"]["volume_id"])
-    assert destination.host.connected() == []
+    assert destination.records.connected() == []
 
 
 def manual_migration(source: Any, destination: Any, a: Any, info: dict[str, Any],
@@ -506,7 +506,7 @@ def test_the_manual_steps_end_with_migrate_complete_and_the_volume_is_free_after
     source, destination = drivers
     a, info, vid = moved_by_hand(guests, dest_guests, source, destination, loop_device.device,
                                  tmp_path)
-    assert source.host.connected() == []
+    assert source.records.connected() == []
     assert len(arriving_notes(destination)) == 1
 
     done = run_cli("-c", destination.uri, "--state-dir", str(destination.state_dir),
@@ -514,7 +514,7 @@ def test_the_manual_steps_end_with_migrate_complete_and_the_volume_is_free_after
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
     assert done.stdout == (f"Guest {a.UUIDString()} arrived: volume {vid} is its own disk "
                            "here now\n")
-    assert arriving_notes(destination) == [] and destination.host.connected() == [vid]
+    assert arriving_notes(destination) == [] and destination.records.connected() == [vid]
     # The guest goes away behind the driver's back: its connection is an ordinary leak now,
     # released on request, and the volume (not multiattach) is free for another guest.
     destination.connection.get().lookupByName(a.name()).destroy()
@@ -533,12 +533,12 @@ def test_a_guest_that_arrived_and_left_again_is_not_expected_any_more(
     guests.adopt(a.name(), persistent=False)  # it comes back
 
     assert destination.migrate(a.name(), source, [info], uri=migration_uri()) == []
-    assert destination.host.connected() == [] and arriving_notes(destination) == []
+    assert destination.records.connected() == [] and arriving_notes(destination) == []
     assert runs_on(source.connection.get(), a.name())
-    assert source.host.connected() == [vid] and arriving_notes(source) == []
+    assert source.records.connected() == [vid] and arriving_notes(source) == []
     source.detach_volume(a.name(), vid)
     source.detach_volume(b.name(), vid)
-    assert source.host.connected() == []
+    assert source.records.connected() == []
 
 
 def test_an_arrival_note_seen_arrived_never_counts_again(guests, dest_guests, drivers,
@@ -572,7 +572,7 @@ def test_an_unseen_arrival_is_undone_by_the_command_release_names(
     done = run_cli("-c", destination.uri, "--state-dir", str(destination.state_dir),
                    "migrate-abort", a.UUIDString(), vid)
     assert done.returncode == 0, done.stderr
-    assert destination.host.connected() == [] and arriving_notes(destination) == []
+    assert destination.records.connected() == [] and arriving_notes(destination) == []
 
 
 # ---- (5) what the messages say ------------------------------------------------------------------
@@ -600,8 +600,8 @@ def test_a_lost_destination_is_named_with_the_exact_command_that_undoes_its_prep
         in message
     command = message.split("once it is reachable, run there: ")[1]
     assert command.split()[:2] == ["virtdriver", "-c"] and "migrate-abort" in command
-    assert a.isActive() and a.XMLDesc(0) == xml_before and source.host.connected() == [vid]
-    assert destination.host.connected() == [vid]  # what the message says is left there
+    assert a.isActive() and a.XMLDesc(0) == xml_before and source.records.connected() == [vid]
+    assert destination.records.connected() == [vid]  # what the message says is left there
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
 
     def run_it() -> subprocess.CompletedProcess[str]:  # as an operator would, through a shell
@@ -611,12 +611,12 @@ def test_a_lost_destination_is_named_with_the_exact_command_that_undoes_its_prep
     done = run_it()
     if done.returncode != 0:  # the restarted daemon still holds the incoming guest it found
         assert "paused by an incoming migration that has not ended" in done.stderr, done.stderr
-        assert destination.host.connected() == [vid]
+        assert destination.records.connected() == [vid]
         wait_until(lambda: not runs_on(destination.connection.get(), a.name()),
                    "the restarted destination to end the incoming guest")
         done = run_it()
     assert done.returncode == 0, done.stderr
-    assert destination.host.connected() == [] and arriving_notes(destination) == []
+    assert destination.records.connected() == [] and arriving_notes(destination) == []
     assert not runs_on(destination.connection.get(), a.name())
 
 
@@ -631,7 +631,7 @@ def test_a_leftover_definition_on_the_destination_is_called_one(guests, dest_gue
         source.migrate(a.name(), destination, [info], uri=migration_uri())
     assert "an inactive definition of guest" in str(refused.value)
     assert "leftover" in str(refused.value) and "already runs" not in str(refused.value)
-    assert a.isActive() and destination.host.connected() == [] == arriving_notes(destination)
+    assert a.isActive() and destination.records.connected() == [] == arriving_notes(destination)
 
 
 def test_finish_refuses_a_guest_that_is_shut_off_here_and_never_left(guests, drivers,
@@ -647,8 +647,8 @@ def test_finish_refuses_a_guest_that_is_shut_off_here_and_never_left(guests, dri
     assert done.returncode == 3
     assert "shut off on this host and has not left it" in done.stderr
     assert "--leftover-definition" in done.stderr
-    assert source.host.connected() == [vid]
+    assert source.records.connected() == [vid]
     done = run_cli("--state-dir", str(source.state_dir), "migrate-finish", a.name(), vid,
                    "--leftover-definition")
     assert done.returncode == 0, done.stderr
-    assert source.host.connected() == []
+    assert source.records.connected() == []

@@ -42,8 +42,8 @@ def test_progress_reaches_the_caller_and_an_interrupt_aborts(guests, dest_guests
         source.migrate(a.name(), destination, [info], uri=migration_uri(), progress=interrupt)
     assert seen[-1][1] > 0 and 0 <= seen[-1][0] <= seen[-1][1]
     assert a.isActive() and source.list_attachments(a.name())[0].volumeId == vid
-    assert destination.host.connected() == []  # the preparation there was undone
-    assert source.host.connected() == [vid]
+    assert destination.records.connected() == []  # the preparation there was undone
+    assert source.records.connected() == [vid]
     write_pattern(a, f"ua-{vid}", 0x3D)
     assert read_pattern(b, f"ua-{vid}", 0x3D)
 

@@ -81,7 +81,7 @@ def test_attach_many_to_no_guest_connects_nothing(volume_driver, loop_device) ->
     info = local_volume(loop_device.device, multiattach=True)
     with pytest.raises(InvalidAttachRequest, match="no guest"):
         volume_driver.attach_volume_to_many(info, [])
-    assert volume_driver.host.connected() == []
+    assert volume_driver.records.connected() == []
 
 
 def test_a_guest_with_a_scsi_hostdev_at_unit_0_gets_the_next_unit(
@@ -148,7 +148,7 @@ def test_a_damaged_record_fails_in_one_line_and_does_not_block_other_volumes(
     volume_driver.attach_volume(info, a.name())  # an unrelated volume still works
     volume_driver.detach_volume(a.name(), info["serial"])
     with pytest.raises(StateError, match="damaged"):
-        volume_driver.host.load("broken-vol")
+        volume_driver.records.load("broken-vol")
     from virtdriver.ops.audit import audit_host
 
     report = audit_host(volume_driver.connection.get(), volume_driver.state_dir)
@@ -163,12 +163,12 @@ def test_release_frees_a_leak_only_when_no_guest_uses_the_volume(
     with pytest.raises(VolumeInUse, match="still used by"):
         volume_driver.release_volume(info["serial"])
     guests.remove(a.name())  # the guest vanishes behind the driver's back
-    assert info["serial"] in volume_driver.host.connected()
+    assert info["serial"] in volume_driver.records.connected()
     done = subprocess.run([sys.executable, "-m", "virtdriver", "--state-dir",
                            str(volume_driver.state_dir), "release", info["serial"]],
                           capture_output=True, text=True, timeout=120, check=False, cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    assert volume_driver.host.connected() == []
+    assert volume_driver.records.connected() == []
 
 
 def test_a_corrupted_state_dir_is_one_line_and_a_non_zero_exit(tmp_path) -> None:
@@ -195,8 +195,8 @@ def test_a_bus_that_cannot_be_hot_plugged_is_refused_before_the_host_is_touched(
     with pytest.raises(InvalidRenderOption, match="cannot be hot-plugged"):
         volume_driver.attach_volume(info, running.name(), bus=bus)
     assert (running.XMLDesc(0), running.XMLDesc(2)) == before
-    assert volume_driver.host.connected() == []
+    assert volume_driver.records.connected() == []
     attached = volume_driver.attach_volume(info, stopped.name(), bus=bus)
     assert (attached.bus, attached.live) == (bus, False)
     volume_driver.detach_volume(stopped.name(), info["serial"])
-    assert volume_driver.host.connected() == []
+    assert volume_driver.records.connected() == []

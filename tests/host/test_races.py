@@ -111,9 +111,9 @@ def test_two_ids_on_one_device_from_two_processes_exactly_one_wins(
             # Nothing of the loser anywhere: one disk, one record, the winner's.
             assert [x.volumeId for x in driver.list_attachments(winner.name())] == [vid]
             assert driver.list_attachments([b, a][won[0]].name()) == []
-            assert driver.host.connected() == [vid]
+            assert driver.records.connected() == [vid]
             driver.detach_volume(winner.name(), vid)
-            assert driver.host.connected() == []
+            assert driver.records.connected() == []
             outcomes.append(won[0])
     assert len(outcomes) == ROUNDS * len(names)
 
@@ -131,6 +131,6 @@ def test_a_detach_racing_an_attach_elsewhere_keeps_the_connection(
         assert answers == [{"ok": True}, {"ok": True}], (round_, answers)
         # B has the volume: whichever went first, the host connection must still be there.
         assert [x.volumeId for x in driver.list_attachments(b.name())] == [vid]
-        assert driver.host.connected() == [vid], round_
+        assert driver.records.connected() == [vid], round_
         driver.detach_volume(b.name(), vid)
-        assert driver.host.connected() == []
+        assert driver.records.connected() == []

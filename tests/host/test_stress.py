@@ -138,7 +138,7 @@ def test_random_concurrent_attach_detach_keeps_every_invariant(
                 tally.add("final detach: ok")
             assert volume_disks(system_conn, v.volume_id) == []
         checker.check("after the final detach:")
-        assert driver.host.connected() == []
+        assert driver.records.connected() == []
     finally:
         for w in workers:
             w.stop()

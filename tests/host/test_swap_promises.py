@@ -38,7 +38,7 @@ def test_swap_onto_a_multiattach_volume_another_guest_reads_is_refused(guests,
         assert _first_block(new_dev.device) == before  # C's data untouched
         assert [a.volumeId for a in volume_driver.list_attachments(b.name())] == [
             old["data"]["volume_id"]]
-        assert sorted(volume_driver.host.connected()) == sorted(
+        assert sorted(volume_driver.records.connected()) == sorted(
             [old["data"]["volume_id"], new["data"]["volume_id"]])
 
 
@@ -65,7 +65,7 @@ def test_swap_of_a_rw_disk_onto_a_volume_meant_read_only_is_refused(guests, volu
             volume_driver.swap_volume(dom.name(), old, new)
         alias = f"ua-{old['data']['volume_id']}"
         assert block_info(dom, alias).file == old_dev.device
-        assert volume_driver.host.connected() == [old["data"]["volume_id"]]
+        assert volume_driver.records.connected() == [old["data"]["volume_id"]]
 
 
 def test_swap_of_a_ro_disk_onto_a_volume_meant_read_only_keeps_it_read_only(
@@ -93,7 +93,7 @@ def test_swap_onto_the_same_data_under_another_id_is_refused_at_once(guests,
         # Not a wait on its own lock until the lock timeout (300 s): refused at once. The bound
         # is far above any real refusal and far below the lock's timeout.
         assert time.monotonic() - started < 60
-        assert volume_driver.host.connected() == [old["data"]["volume_id"]]
+        assert volume_driver.records.connected() == [old["data"]["volume_id"]]
 
 
 def test_swap_onto_a_volume_of_another_size_is_refused_before_the_copy(guests,
@@ -106,5 +106,5 @@ def test_swap_onto_a_volume_of_another_size_is_refused_before_the_copy(guests,
         write_pattern(dom, f"ua-{old['data']['volume_id']}", 0x22)
         with pytest.raises(SwapRefused, match=r"16\.0 MiB.*24\.0 MiB"):
             volume_driver.swap_volume(dom.name(), old, new)
-        assert volume_driver.host.connected() == [old["data"]["volume_id"]]
+        assert volume_driver.records.connected() == [old["data"]["volume_id"]]
         assert read_pattern(dom, f"ua-{old['data']['volume_id']}", 0x22)

@@ -13,7 +13,7 @@ from lxml import etree
 
 from tests.fast.test_usage_filter import disk
 from virtdriver.hypervisor.dataid import DataIdentity
-from virtdriver.hypervisor.domains import DomainXml, HostView, ListedDomain, source_token
+from virtdriver.hypervisor.domains import DomainsView, DomainXml, ListedDomain, source_token
 from virtdriver.hypervisor.metadata import NS
 from virtdriver.hypervisor.volume_users import Wanted
 from virtdriver.policy.identity import alias_for
@@ -54,6 +54,6 @@ def test_libvirts_own_xml_of_a_foreign_disk_is_found_by_the_look_before_parsing(
     volume_driver.attach_volume(info, b.name())
     a.attachDeviceFlags(foreign, libvirt.VIR_DOMAIN_AFFECT_CONFIG)
     volume_driver.detach_volume(b.name(), vid)
-    assert volume_driver.host.connected() == [vid]
+    assert volume_driver.records.connected() == [vid]
     a.detachDeviceFlags(foreign, libvirt.VIR_DOMAIN_AFFECT_CONFIG)
     assert volume_driver.release_volume(vid)

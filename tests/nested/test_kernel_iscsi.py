@@ -208,7 +208,7 @@ def test_kernel_iscsi_multiattach_through_the_driver(tgt_lun, guests, volume_dri
     volume_driver.detach_volume(b.name(), vid)
     wait_until(lambda: IQN not in sessions(), 30, "the iSCSI session gone after the last detach")
     wait_until(lambda: not Path(f"/sys/block/{disk}").exists(), 30, f"/dev/{disk} gone")
-    assert volume_driver.host.connected() == []
+    assert volume_driver.records.connected() == []
 
 
 def test_kernel_iscsi_online_extend(tgt_lun, guests, volume_driver) -> None:

@@ -109,7 +109,7 @@ def test_kernel_iscsi_chap(tgt_lun, guests, volume_driver, caplog, raw_brick_log
         volume_driver.attach_volume(iscsi_info(vid, wrong), a.name(), attach_mode="rw")
     assert IQN not in sessions()
     assert no_node_record()
-    assert volume_driver.host.connected() == []
+    assert volume_driver.records.connected() == []
     assert wrong not in str(refused.value)
 
     info, vid, alias = share_lun(volume_driver, a, b, iscsi_info(vid, password))

@@ -182,7 +182,7 @@ def test_multipath_shared_volume_survives_a_path_loss(two_portal_lun, multipathd
         wait_until(lambda: sessions() == [], 60, "both sessions gone after the last detach")
         wait_until(lambda: maps() == "" or "No devices" in maps(), 60, "the map removed")
         assert not Path(f"/sys/block/{dm}").exists()
-        assert driver.host.connected() == []
+        assert driver.records.connected() == []
     finally:
         driver.close()
 

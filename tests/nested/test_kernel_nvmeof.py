@@ -149,7 +149,7 @@ def test_nvmeof_multiattach_through_the_driver(nvme_target, guests, volume_drive
     wait_until(lambda: controllers() == [], 30, "the controller gone after the last detach")
     assert NQN not in list_subsys()
     assert not Path(f"/sys/block/{disk}").exists()
-    assert volume_driver.host.connected() == []
+    assert volume_driver.records.connected() == []
 
 
 def test_nvmeof_failed_connect_leaves_no_controller(nvme_target, guests, volume_driver) -> None:
@@ -165,7 +165,7 @@ def test_nvmeof_failed_connect_leaves_no_controller(nvme_target, guests, volume_
     assert "NVMEOF" in str(failed.value) or "nvme" in str(failed.value).lower(), failed.value
     assert controllers() == [], f"a failed connect left {controllers()} connected"
     assert NQN not in list_subsys()
-    assert volume_driver.host.connected() == []
+    assert volume_driver.records.connected() == []
 
 
 def test_nvmeof_online_extend(nvme_target, guests, volume_driver) -> None:

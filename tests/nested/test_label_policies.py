@@ -110,6 +110,6 @@ def test_none_on_data_qemu_cannot_open_says_whose_it_is(guests, loop_device, tmp
         assert "QEMU runs as libvirt-qemu (uid" in message, message
         assert f"cannot open {dev} (owner root:disk, mode brw-rw----)" in message, message
         assert "label_policy 'auto'" in message and "udev rule" in message, message
-        assert driver.host.load(info["data"]["volume_id"]) is None  # rolled back
+        assert driver.records.load(info["data"]["volume_id"]) is None  # rolled back
     finally:
         driver.close()

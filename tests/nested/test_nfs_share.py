@@ -95,7 +95,7 @@ def test_nfs_share_under_selinux(guests, nfs_driver, nfs_volume, audit_window) -
         assert "Permission denied" in str(refused.value), str(refused.value)
         assert "setsebool -P virt_use_nfs on" in str(refused.value), str(refused.value)
         assert driver.list_attachments(a.name()) == []
-        assert driver.host.load(vol.vid) is None
+        assert driver.records.load(vol.vid) is None
         assert not os.path.ismount(os.path.dirname(path))
         # The refusal is the policy's, and audited: svirt_t may not read the nfs_t file.
         denials = [r.line for r in audit_window.records()
@@ -153,7 +153,7 @@ def _selinux_story(driver, vol, a, b, path, record) -> None:  # type: ignore[no-
     assert os.path.ismount(os.path.dirname(path))  # B still uses the share
     assert file_label(path) == label
     driver.detach_volume(b.name(), vid)
-    assert driver.host.load(vid) is None
+    assert driver.records.load(vid) is None
     assert not os.path.ismount(os.path.dirname(path)), "the last detach left the share mounted"
 
 

@@ -93,7 +93,7 @@ def _shared_story(guests, volume_driver, info, dev, kind, audit_window) -> None:
     # Detach the last: the host connection goes; nothing restores a label that would stop the
     # next guest, which attaches, reads what A wrote and writes.
     volume_driver.detach_volume(b.name(), vid)
-    assert volume_driver.host.load(vid) is None
+    assert volume_driver.records.load(vid) is None
     if kind == "file":
         assert label(0) == (SHARED_IMAGE_TYPE, "s0")
     c = guests.start("c")

@@ -151,7 +151,7 @@ def test_native_iscsi_is_not_labelled(tgt_lun, guests, tmp_path, audit_window) -
         assert file_label(str(tgt_lun)) == before
         driver.detach_volume(a.name(), vid)
         driver.detach_volume(b.name(), vid)
-        assert driver.host.load(vid) is None
+        assert driver.records.load(vid) is None
     finally:
         driver.close()
     no_guest_denials(audit_window)

@@ -79,7 +79,7 @@ class InvariantChecker:
     def __init__(self, conn: libvirt.virConnect, state_dir: Path,
                  volumes: dict[str, bool], *, qemu: bool = True) -> None:
         self.conn = conn
-        self.host = HostConnections(state_dir)
+        self.records = HostConnections(state_dir)
         self.lock_dir = state_dir / "locks"
         self.volumes = volumes  # volume id -> multiattach
         self.qemu = qemu
@@ -90,7 +90,7 @@ class InvariantChecker:
         self.passed += 1
 
     def check(self, context: str = "") -> None:
-        records = set(self.host.connected())
+        records = set(self.records.connected())
         for vid, multiattach in self.volumes.items():
             disks = volume_disks(self.conn, vid)
             users = sorted({d.domain for d in disks})

@@ -56,7 +56,7 @@ def shared_guests_survive_restart(policy: str, guests: Guests, loop: LoopDevice,
         assert read_pattern(b, alias, 0x3C)
         driver.detach_volume(a.name(), vid)
         driver.detach_volume(b.name(), vid)
-        assert driver.host.load(vid) is None  # the last detach released the host side
+        assert driver.records.load(vid) is None  # the last detach released the host side
         for dom in (a, b):
             restart(dom)
             assert alias not in dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)

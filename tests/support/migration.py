@@ -83,7 +83,7 @@ def shared_volume(guests: Guests, source: Any, device: str, *, persistent: bool 
 
 
 def arriving_notes(driver: Any) -> list[dict[str, Any]]:
-    return [a for vid in driver.host.connected() for a in driver.host.load(vid).arriving]
+    return [a for vid in driver.records.connected() for a in driver.records.load(vid).arriving]
 
 
 def runs_on(conn: libvirt.virConnect, name: str) -> bool:

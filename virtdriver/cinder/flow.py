@@ -103,7 +103,7 @@ def _write(dom: libvirt.virDomain, notes: dict[str, tuple[str, str]], flag: int)
 
 
 def _change(driver: Any, instance: str, volume_id: str, value: tuple[str, str] | None) -> None:
-    dom = driver.hosting.connection.domain(instance)
+    dom = driver.compute_host.connection.domain(instance)
     try:
         _change_notes(dom, volume_id, value)
     except libvirt.libvirtError as exc:
@@ -132,12 +132,12 @@ def forget(driver: Any, instance: str, volume_id: str) -> None:
 
 def recall(driver: Any, instance: str, volume_id: str) -> tuple[str, str] | None:
     """``(attachment id, Cinder URL)`` remembered for the guest's volume, or ``None``."""
-    return notes_of(driver.hosting.connection.domain(instance)).get(volume_id)
+    return notes_of(driver.compute_host.connection.domain(instance)).get(volume_id)
 
 
 def attachments(driver: Any, instance: str) -> dict[str, tuple[str, str]]:
     """Every remembered ``{volume id: (attachment id, URL)}`` of a guest."""
-    return notes_of(driver.hosting.connection.domain(instance))
+    return notes_of(driver.compute_host.connection.domain(instance))
 
 
 def notes_of(dom: libvirt.virDomain) -> dict[str, tuple[str, str]]:

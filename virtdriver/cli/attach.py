@@ -7,7 +7,6 @@ Registered by :func:`add_hypervisor_commands` (listed in ``virtdriver.cli.comman
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from virtdriver.cli.streams import UsageError, as_json, read_volume, say
@@ -22,13 +21,15 @@ def add_attach_mode(p: argparse.ArgumentParser) -> None:
 
 
 def seconds(text: str) -> float:
+    """A wait in seconds from the command line, by the rule the API applies."""
+    from virtdriver.driver.options import MAX_WAIT, check_timeout
+    from virtdriver.errors import InvalidRenderOption
+
     try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
-    return value
+        return check_timeout(float(text), "")
+    except (ValueError, InvalidRenderOption):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds from above 0 to {MAX_WAIT:g}") from None
 
 
 def add_lock_timeout(p: argparse.ArgumentParser) -> None:
@@ -119,40 +120,11 @@ def _attach(args: argparse.Namespace) -> int:
     return 0
 
 
-def outcome_word(outcome: object) -> str:
-    """One guest's outcome in an attach-many, in a word or two."""
-    from virtdriver.errors import AttachRolledBack
-
-    if isinstance(outcome, AttachRolledBack):
-        return "rolled back"
-    return "failed" if isinstance(outcome, Exception) else "attached"
-
-
-class Progress:
-    """A progress bar on a terminal, one plain line per step otherwise (both on stderr)."""
-
-    def __init__(self, total: int, stream: Any = None) -> None:
-        self.total, self.done = total, 0
-        self.stream = stream or sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-
-    def step(self, name: str, outcome: object) -> None:
-        self.done += 1
-        if self.tty:
-            width = 30
-            filled = width * self.done // self.total
-            self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] "
-                              f"{self.done}/{self.total} {name[:40]:<40}")
-            if self.done == self.total:
-                self.stream.write("\n")
-        else:
-            self.stream.write(f"{self.done}/{self.total} {name}: {outcome_word(outcome)}\n")
-        self.stream.flush()
-
-
 def _attach_many(args: argparse.Namespace) -> int:
     info, mode = read_volume(args.connection_info, args.attach_mode, args.multiattach)
-    progress = Progress(len(args.domains))
+    from virtdriver.cli.progress import Progress
+
+    progress = Progress("attaching", steps=len(args.domains))
     attachments = driver_for(args).attach_volume_to_many(info, args.domains,
                                                       attach_mode=mode,
                                                       progress=progress.step)
@@ -258,7 +230,7 @@ def add_hypervisor_commands(sub: Any) -> None:
         epilog="example:\n  virtdriver detach guest-a 4f1c2b7e-9d1a-4c55-8e0b-2f3a4b5c6d7e")
     p.add_argument("domain", metavar="DOMAIN", help="guest name or UUID")
     p.add_argument("volume_id", metavar="VOLUME_ID")
-    p.add_argument("--timeout", type=float, metavar="S", help="seconds to wait (default 30)")
+    p.add_argument("--timeout", type=seconds, metavar="S", help="seconds to wait (default 30)")
     add_lock_timeout(p)
     p.add_argument("--cinder", metavar="URL",
                    help="Cinder endpoint for deleting an attachment made with 'attach --cinder' "

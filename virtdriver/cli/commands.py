@@ -170,13 +170,8 @@ def _main(argv: Sequence[str] | None) -> int:
     except BrokenPipeError:  # a table or message printed to a reader that went away
         fail(output_closed())
         return EXIT_USAGE
-    except KeyboardInterrupt as exc:  # both kinds of Interrupted say what was left as it was
-        from virtdriver.driver.interrupts import Interrupted as HeldBack
-
-        if isinstance(exc, HeldBack):  # a held-back signal: which one, and what it left
-            fail(f"interrupted ({exc})")
-        else:
-            fail(f"interrupted: {exc}" if str(exc) else "interrupted")
+    except KeyboardInterrupt as exc:  # an Interrupted says what it left as it was
+        fail(f"interrupted ({exc})" if str(exc) else "interrupted")
         return 130
 
 

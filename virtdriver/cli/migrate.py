@@ -18,14 +18,14 @@ def _migrate(args: argparse.Namespace) -> int:
     import sys
 
     from virtdriver.cli.attach import driver_for
-    from virtdriver.cli.progress import JobProgress
+    from virtdriver.cli.progress import Progress
     from virtdriver.cli.streams import read_volume
     from virtdriver.driver import LibvirtVolumeDriver
     from virtdriver.driver.interrupts import Interrupts
 
     infos = [read_volume(path)[0] for path in args.volume]
     # A bar on a terminal (#28); interrupts are the migration's own (held back, below).
-    progress = JobProgress(f"migrating {args.domain}")
+    progress = Progress(f"migrating {args.domain}")
     # Held back until this command ends: where the guest is decides the outcome, not the moment.
     with Interrupts() as interrupts:
         interrupts.ignore_after()  # the outcome is decided inside; the exit status reports it

@@ -1,9 +1,10 @@
 """Progress of long work on the operator's terminal, and Ctrl-C that lets the work undo itself.
 
-:class:`JobProgress` is the ``progress(done, total)`` callback the driver's long operations take
+:class:`Progress` is the ``progress(done, total)`` callback the driver's long operations take
 (a swap's block copy, a live migration): on a terminal it draws a bar with percent, bytes, rate
 and time left (tqdm, imported when the first bar is drawn, so the command line starts as fast as
-before); off a terminal, or with ``--json``, it draws nothing.
+before); off a terminal, or with ``--json``, it draws nothing. Its :meth:`Progress.step` counts
+the guests of an attach-many: the same bar on a terminal, a line per guest otherwise.
 
 While it is active, Ctrl-C does not raise wherever the program happens to be (which could be
 between a block copy's pivot and its bookkeeping); it is remembered, and the next progress report
@@ -23,16 +24,16 @@ import threading
 from types import FrameType, TracebackType
 from typing import Any, TextIO
 
-
-class Interrupted(KeyboardInterrupt):
-    """The operator interrupted a long operation, which stopped as its rollback promises."""
+from virtdriver.driver.interrupts import Interrupted
 
 
-class JobProgress:
+class Progress:
     """A ``progress(done, total)`` callback drawing a bar on a terminal; see the module."""
 
-    def __init__(self, label: str, *, show: bool = True, stream: TextIO | None = None) -> None:
+    def __init__(self, label: str, *, show: bool = True, stream: TextIO | None = None,
+                 steps: int = 0) -> None:
         self.label = label
+        self.steps, self.stepped = steps, 0
         self.stream = stream if stream is not None else sys.stderr
         self.show = show and _is_terminal(self.stream)
         self.interrupted = threading.Event()
@@ -49,17 +50,29 @@ class JobProgress:
         if self._bar is None:
             from tqdm import tqdm  # lazily: only a terminal that shows a bar pays for it
 
-            self._bar = tqdm(total=total, desc=self.label, unit="B", unit_scale=True,
-                             unit_divisor=1024, file=self.stream, dynamic_ncols=True,
-                             mininterval=0.2, leave=True)
+            in_bytes = not self.steps
+            self._bar = tqdm(total=total, desc=self.label, unit="B" if in_bytes else " guests",
+                             unit_scale=in_bytes, unit_divisor=1024, file=self.stream,
+                             dynamic_ncols=True, mininterval=0 if self.steps else 0.2, leave=True)
         if self._bar.total != total:
             self._bar.total = total
         self._bar.update(max(done - self._bar.n, 0))
         self.updates += 1
 
+    def step(self, name: str, outcome: object) -> None:
+        """One of ``steps`` guests is done: the bar moves, or one line says how it ended."""
+        self.stepped += 1
+        if self.show:
+            self(self.stepped, self.steps)
+            if self.stepped == self.steps:
+                self.close()
+        else:
+            self.stream.write(f"{self.stepped}/{self.steps} {name}: {outcome_word(outcome)}\n")
+            self.stream.flush()
+
     # ---- Ctrl-C -----------------------------------------------------------------------------
 
-    def __enter__(self) -> JobProgress:
+    def __enter__(self) -> Progress:
         if threading.current_thread() is threading.main_thread():
             read, write = os.pipe()
             os.set_blocking(read, False)
@@ -106,6 +119,15 @@ class JobProgress:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+def outcome_word(outcome: object) -> str:
+    """One guest's outcome in an attach-many, in a word or two."""
+    from virtdriver.errors import AttachRolledBack
+
+    if isinstance(outcome, AttachRolledBack):
+        return "rolled back"
+    return "failed" if isinstance(outcome, Exception) else "attached"
 
 
 def _is_terminal(stream: Any) -> bool:

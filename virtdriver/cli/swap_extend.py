@@ -31,11 +31,12 @@ def size_argument(text: str) -> int:
 
 def _swap(args: argparse.Namespace) -> int:
     from virtdriver.cli.attach import driver_for
-    from virtdriver.cli.progress import Interrupted, JobProgress
+    from virtdriver.cli.progress import Progress
     from virtdriver.cli.streams import load_connection_info
+    from virtdriver.driver.interrupts import Interrupted
 
     old, new = load_connection_info(args.old), load_connection_info(args.new)
-    with JobProgress("copying to the new volume", show=not args.json) as progress:
+    with Progress("copying to the new volume", show=not args.json) as progress:
         try:
             att = driver_for(args).swap_volume(args.domain, old, new, timeout=args.timeout,
                                                progress=progress)
@@ -92,21 +93,20 @@ def _extend(args: argparse.Namespace) -> int:
     return 0
 
 
-HOST_OPTIONS = {"mount_base": None, "label_policy": "auto", "shared_image_label": None,
-                "native_iscsi": False, "native_glusterfs": False, "initiator_iqn": None,
-                "multipath": False, "enforce_multipath": False}
-
-
 def runnable(fix: str, args: argparse.Namespace, named: str) -> str:
     """A printed fix as it runs here: with this command's libvirt URI, state directory and host
     options (those away from their defaults), and the CONNECTION_INFO file it was given."""
     import shlex
 
+    from virtdriver.cli.attach import add_host_options
+
+    defaults = argparse.ArgumentParser(add_help=False)
+    add_host_options(defaults, locks=False)  # the host options and their defaults, as parsed
     given = [("-c", args.connect)] if args.connect != "qemu:///system" else []
     if args.state_dir != "/var/lib/virtdriver":
         given.append(("--state-dir", args.state_dir))
     options = ""
-    for name, default in HOST_OPTIONS.items():
+    for name, default in vars(defaults.parse_args([])).items():
         value = getattr(args, name, default)
         flag = "--" + name.replace("_", "-")
         if value is True:
@@ -119,7 +119,7 @@ def runnable(fix: str, args: argparse.Namespace, named: str) -> str:
 
 
 def add_volume_commands(sub: Any) -> None:
-    from virtdriver.cli.attach import add_host_options
+    from virtdriver.cli.attach import add_host_options, seconds
 
     raw = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser(
@@ -136,7 +136,7 @@ def add_volume_commands(sub: Any) -> None:
     p.add_argument("domain", metavar="GUEST", help="guest name or UUID")
     p.add_argument("old", metavar="OLD", help="the attached volume's connection_info (JSON file)")
     p.add_argument("new", metavar="NEW", help="the new volume's connection_info (JSON file, or -)")
-    p.add_argument("--timeout", type=_seconds, metavar="S",
+    p.add_argument("--timeout", type=seconds, metavar="S",
                    help="seconds the copy may take (default 600)", default=600.0)
     p.add_argument("--json", action="store_true", help="the new attachment as JSON, no progress")
     add_host_options(p)
@@ -166,12 +166,4 @@ def add_volume_commands(sub: Any) -> None:
     p.set_defaults(func=_extend)
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < 10**7:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds")
-    return value
 

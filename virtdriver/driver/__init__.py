@@ -8,7 +8,7 @@
 Each operation is a module of steps: :mod:`~virtdriver.driver.attach` (one guest or many),
 :mod:`~virtdriver.driver.detach` (and releasing a leaked host connection),
 :mod:`~virtdriver.driver.swap`, :mod:`~virtdriver.driver.extend`; what they share is
-:class:`~virtdriver.driver.host.Host`, configured by one :class:`HostOptions`.
+:class:`~virtdriver.driver.compute_host.ComputeHost`, configured by one :class:`HostOptions`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from virtdriver.driver import detach as detach_steps
 from virtdriver.driver import extend as extend_steps
 from virtdriver.driver import migrate as migrate_steps
 from virtdriver.driver import swap as swap_steps
-from virtdriver.driver.host import Host
+from virtdriver.driver.compute_host import ComputeHost
 from virtdriver.driver.options import DEFAULT_STATE_DIR, HostOptions, check_timeout
 from virtdriver.errors import InvalidRenderOption, InvalidRequest, show
 from virtdriver.hypervisor.domains import DiskUse
@@ -60,15 +60,15 @@ class LibvirtVolumeDriver:
                                  f"{', '.join(sorted(known))})")
         self.options = options or HostOptions(state_dir=Path(state_dir), **host_options)
         self.uri = uri
-        self.hosting = Host(uri, self.options)
+        self.compute_host = ComputeHost(uri, self.options)
 
     # Attributes older callers read.
     state_dir = property(lambda self: self.options.state_dir)
     lock_dir = property(lambda self: self.options.lock_dir)
     mount_base = property(lambda self: self.options.mount_base)
     detach_timeout = property(lambda self: self.options.detach_timeout)
-    connection = property(lambda self: self.hosting.connection)
-    host = property(lambda self: self.hosting.records)  # the host-connection records
+    connection = property(lambda self: self.compute_host.connection)
+    records = property(lambda self: self.compute_host.records)  # the host-connection records
 
     def prepare_host(self) -> None:
         """Make the mount base a shared mount point now (a compute service calls this when it
@@ -84,7 +84,7 @@ class LibvirtVolumeDriver:
         """The volumes attached to a guest (live state for a running guest)."""
         check_instance(instance)
         found: dict[str, Attachment] = {}
-        for use in self.hosting.find(instance).disks:
+        for use in self.compute_host.find(instance).disks:
             att = Attachment.from_use(use)
             if att is not None and att.volumeId not in found:
                 found[att.volumeId] = att
@@ -96,7 +96,7 @@ class LibvirtVolumeDriver:
         from virtdriver.hypervisor.volume_users import Wanted
 
         wanted = Wanted(volume, None)  # only guests whose XML can hold the volume are parsed
-        return [u for d in self.hosting.view(arriving=False).domains if d.may_use(wanted)
+        return [u for d in self.compute_host.view(arriving=False).domains if d.may_use(wanted)
                 for u in d.parsed.disks if u.volume == volume]
 
     def connector_properties(self, attach_mode: str = "rw", *, my_ip: str = "127.0.0.1",
@@ -122,7 +122,7 @@ class LibvirtVolumeDriver:
         """What this host supports, read from the running libvirt and QEMU."""
         from virtdriver.hypervisor.capabilities import host_capabilities
 
-        return host_capabilities(self.hosting.connection.get())
+        return host_capabilities(self.compute_host.connection.get())
 
     # ---- operations -------------------------------------------------------------------------
 
@@ -142,7 +142,7 @@ class LibvirtVolumeDriver:
         connection_info, attach_mode = normalize(connection_info, attach_mode)
         placement = attach_steps.Placement(attach_mode, target_dev, bus,
                                            device, luks_secret_uuid)
-        return attach_steps.attach(self.hosting, connection_info, [instance], [placement])[0]
+        return attach_steps.attach(self.compute_host, connection_info, [instance], [placement])[0]
 
     def attach_volume_to_many(self, connection_info: Mapping[str, Any],
                               instances: Sequence[str], *,
@@ -172,7 +172,7 @@ class LibvirtVolumeDriver:
                                   else "attach_mode")
             modes[i] = normalize(connection_info, mode)[1]
         placements = [attach_steps.Placement(modes[i]) for i in instances]
-        return attach_steps.attach(self.hosting, connection_info, instances, placements,
+        return attach_steps.attach(self.compute_host, connection_info, instances, placements,
                                    progress=progress, max_parallel=max_parallel)
 
     def detach_volume(self, instance: str, volume_id: str, *, timeout: float | None = None,
@@ -188,13 +188,13 @@ class LibvirtVolumeDriver:
             arguments.mapping(connection_info, "connection_info")
         wait = self.options.detach_timeout if timeout is None else check_timeout(timeout,
                                                                                  "timeout")
-        detach_steps.detach(self.hosting, instance, volume_id, wait, connection_info)
+        detach_steps.detach(self.compute_host, instance, volume_id, wait, connection_info)
 
     def release_volume(self, volume_id: str) -> bool:
         """Release a volume's recorded host connection that no guest on this host uses (after a
         guest vanished behind the driver's back); ``False`` when nothing was recorded."""
         check_requested_volume_id(volume_id)
-        return detach_steps.release(self.hosting, volume_id)
+        return detach_steps.release(self.compute_host, volume_id)
 
     def swap_volume(self, instance: str, old_connection_info: Mapping[str, Any],
                     new_connection_info: Mapping[str, Any], *,
@@ -213,8 +213,8 @@ class LibvirtVolumeDriver:
         arguments.mapping(new_connection_info, "new_connection_info")
         wait = self.options.detach_timeout if timeout is None else check_timeout(timeout,
                                                                                  "timeout")
-        return swap_steps.swap(self.hosting, instance, old_connection_info, new_connection_info,
-                               wait, progress)
+        return swap_steps.swap(self.compute_host, instance, old_connection_info,
+                               new_connection_info, wait, progress)
 
     def extend_volume(self, instance: str, connection_info: Mapping[str, Any],
                       new_size: int) -> int:
@@ -224,7 +224,7 @@ class LibvirtVolumeDriver:
         check_instance(instance)
         arguments.mapping(connection_info, "connection_info")
         arguments.whole(new_size, "new_size", minimum=1)
-        return extend_steps.extend_one(self.hosting, instance, connection_info, new_size)
+        return extend_steps.extend_one(self.compute_host, instance, connection_info, new_size)
 
     def extend_volume_on_host(self, connection_info: Mapping[str, Any], *,
                               new_size: int | None = None,
@@ -238,7 +238,7 @@ class LibvirtVolumeDriver:
             arguments.whole(new_size, "new_size", minimum=1)
         if instance is not None:
             check_instance(instance)
-        return extend_steps.extend(self.hosting, connection_info, new_size, instance)
+        return extend_steps.extend(self.compute_host, connection_info, new_size, instance)
 
     # ---- live migration (see virtdriver.driver.migrate) -------------------------------------
 
@@ -250,7 +250,7 @@ class LibvirtVolumeDriver:
         arguments.mapping(connection_info, "connection_info")
         check_instance(instance)
         connection_info, attach_mode = normalize(connection_info, attach_mode)
-        migrate_steps.prepare_incoming(self.hosting, connection_info, instance, attach_mode)
+        migrate_steps.prepare_incoming(self.compute_host, connection_info, instance, attach_mode)
 
     def incoming_xml(self, domain_xml: str,
                      connection_infos: Sequence[Mapping[str, Any]]) -> str:
@@ -258,20 +258,20 @@ class LibvirtVolumeDriver:
         if not isinstance(domain_xml, (str, bytes, bytearray)):
             arguments.text(domain_xml, "domain_xml")
         arguments.mappings(connection_infos, "connection_infos")
-        return migrate_steps.incoming_xml(self.hosting, domain_xml, connection_infos)
+        return migrate_steps.incoming_xml(self.compute_host, domain_xml, connection_infos)
 
     def abort_incoming(self, instance: str, volume_id: str) -> bool:
         """On the destination, after a failed migration: undo :meth:`prepare_incoming`."""
         check_instance(instance)
         check_requested_volume_id(volume_id)
-        return migrate_steps.abort_incoming(self.hosting, instance, volume_id)
+        return migrate_steps.abort_incoming(self.compute_host, instance, volume_id)
 
     def complete_incoming(self, instance: str, volume_id: str) -> bool:
         """On the destination, once ``instance`` arrived (a migration the caller drove): forget
         its arrival, so that it never counts as a user here again once it has left."""
         check_instance(instance)
         check_requested_volume_id(volume_id)
-        return migrate_steps.complete_incoming(self.hosting, instance, volume_id)
+        return migrate_steps.complete_incoming(self.compute_host, instance, volume_id)
 
     def finish_outgoing(self, instance: str, volume_id: str, *,
                         leftover_definition: bool = False) -> list[str]:
@@ -281,7 +281,7 @@ class LibvirtVolumeDriver:
         check_instance(instance)
         check_requested_volume_id(volume_id)
         arguments.flag(leftover_definition, "leftover_definition")
-        return migrate_steps.finish_outgoing(self.hosting, instance, volume_id,
+        return migrate_steps.finish_outgoing(self.compute_host, instance, volume_id,
                                              leftover_definition=leftover_definition)
 
     def migrate(self, instance: str, destination: LibvirtVolumeDriver,
@@ -301,9 +301,9 @@ class LibvirtVolumeDriver:
         arguments.text(uri, "uri", optional=True)
         arguments.flag(peer_to_peer, "peer_to_peer")
         arguments.function(progress, "progress", optional=True)
-        return migrate_steps.migrate(self.hosting, destination.hosting, instance,
+        return migrate_steps.migrate(self.compute_host, destination.compute_host, instance,
                                      connection_infos, uri=uri, peer_to_peer=peer_to_peer,
                                      interrupts=interrupts, progress=progress)
 
     def close(self) -> None:
-        self.hosting.close()
+        self.compute_host.close()

@@ -19,8 +19,8 @@ import libvirt
 
 from virtdriver import arguments
 from virtdriver.attachment import Attachment
+from virtdriver.driver.compute_host import ComputeHost
 from virtdriver.driver.detach import undo_attach
-from virtdriver.driver.host import Host
 from virtdriver.driver.request import VolumeRequest
 from virtdriver.errors import (
     AttachFailed,
@@ -35,7 +35,7 @@ from virtdriver.errors import (
 from virtdriver.hypervisor.access import why_attach_refused
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.dataid import data_identity
-from virtdriver.hypervisor.domains import DiskUse, DomainXml, HostView, ListedDomain
+from virtdriver.hypervisor.domains import DiskUse, DomainsView, DomainXml, ListedDomain
 from virtdriver.hypervisor.locks import GuestFile, guest_lock
 from virtdriver.hypervisor.mounts import check_guest_sees
 from virtdriver.hypervisor.targets import bus_for, pick_target
@@ -82,7 +82,7 @@ class Target:
         return self.domain.listed.uuid
 
 
-def attach(host: Host, connection_info: Mapping[str, Any], instances: Sequence[str],
+def attach(host: ComputeHost, connection_info: Mapping[str, Any], instances: Sequence[str],
            placements: Sequence[Placement], *, progress: Progress | None = None,
            max_parallel: int = 16) -> list[Attachment]:
     """Attach one volume to every guest in ``instances`` (all or nothing)."""
@@ -124,8 +124,8 @@ def attach(host: Host, connection_info: Mapping[str, Any], instances: Sequence[s
     return results
 
 
-def _read_host(host: Host, instances: Sequence[str],
-               opened: contextlib.ExitStack) -> tuple[list[Target], HostView]:
+def _read_host(host: ComputeHost, instances: Sequence[str],
+               opened: contextlib.ExitStack) -> tuple[list[Target], DomainsView]:
     """Every guest once; each target's lock file is opened, and its attach generation read,
     before its disks (``opened`` closes the files whose lock is never taken)."""
     lock_dir = host.options.lock_dir
@@ -152,7 +152,7 @@ def _read_host(host: Host, instances: Sequence[str],
     return targets, view
 
 
-def _find_listed(host: Host, listed: list[ListedDomain], instance: str) -> ListedDomain:
+def _find_listed(host: ComputeHost, listed: list[ListedDomain], instance: str) -> ListedDomain:
     found = next((d for d in listed if d.is_instance(instance)), None)
     if found is not None:
         return found
@@ -161,8 +161,8 @@ def _find_listed(host: Host, listed: list[ListedDomain], instance: str) -> Liste
                         bool(dom.isPersistent()))
 
 
-def _attach_all(host: Host, request: VolumeRequest, targets: list[Target],
-                placements: Sequence[Placement], view: HostView, max_parallel: int,
+def _attach_all(host: ComputeHost, request: VolumeRequest, targets: list[Target],
+                placements: Sequence[Placement], view: DomainsView, max_parallel: int,
                 per_guest: list[Attachment | Exception]) -> list[Attachment]:
     """Attach every guest in parallel; if one fails, undo them all and fill ``per_guest`` with
     what became of each (its own failure, or :class:`AttachRolledBack`)."""
@@ -202,8 +202,8 @@ def _attach_all(host: Host, request: VolumeRequest, targets: list[Target],
                        f"attachment{'s' if made != 1 else ''} made were undone") from None
 
 
-def _attach_guest(host: Host, request: VolumeRequest, target: Target, placement: Placement,
-                  view: HostView, aliases: dict[str, str]) -> Attachment:
+def _attach_guest(host: ComputeHost, request: VolumeRequest, target: Target, placement: Placement,
+                  view: DomainsView, aliases: dict[str, str]) -> Attachment:
     # Volume locks do not stop two volumes being attached to one guest at once: choosing a free
     # target and attaching are serialized per guest. The disks read with the host are still
     # current unless another attach raised the guest's generation meanwhile.

@@ -12,7 +12,7 @@ from typing import Any
 import libvirt
 
 from virtdriver.config import Disk
-from virtdriver.driver.host import Host
+from virtdriver.driver.compute_host import ComputeHost
 from virtdriver.driver.request import copy_info
 from virtdriver.errors import (
     DamagedRecord,
@@ -26,7 +26,13 @@ from virtdriver.errors import (
     VolumeInUse,
 )
 from virtdriver.hypervisor.connection import libvirt_message
-from virtdriver.hypervisor.domains import DiskUse, DomainState, DomainXml, HostView, ListedDomain
+from virtdriver.hypervisor.domains import (
+    DiskUse,
+    DomainState,
+    DomainsView,
+    DomainXml,
+    ListedDomain,
+)
 from virtdriver.hypervisor.metadata import set_note
 from virtdriver.policy.identity import check_requested_volume_id, volume_of_alias
 from virtdriver.policy.migration import ARRIVING
@@ -37,7 +43,7 @@ LOG = logging.getLogger("virtdriver.driver")
 MONITOR_CLOSED = "End of file from qemu monitor"
 
 
-def detach(host: Host, instance: str, volume_id: str, timeout: float,
+def detach(host: ComputeHost, instance: str, volume_id: str, timeout: float,
            connection_info: Mapping[str, Any] | None = None) -> None:
     """Detach one attachment; release the host side when nobody uses the volume any more."""
     check_requested_volume_id(volume_id)
@@ -59,7 +65,7 @@ def detach(host: Host, instance: str, volume_id: str, timeout: float,
             # The other guests are read while this one releases the device (under the locks
             # all the same); this guest is read again once its disks are gone. A failed read
             # is left to the release step, which reads the whole host again.
-            others: list[HostView | None] = []
+            others: list[DomainsView | None] = []
 
             def read_others() -> None:
                 try:
@@ -89,7 +95,7 @@ def detach(host: Host, instance: str, volume_id: str, timeout: float,
                          ", ".join(users))
 
 
-def _read_guest(host: Host, dom: libvirt.virDomain, instance: str,
+def _read_guest(host: ComputeHost, dom: libvirt.virDomain, instance: str,
                 volume_id: str) -> DomainState:
     """The guest, read under the volume's lock; a guest that is gone meanwhile (a migration
     held the lock, or it was destroyed) is said to be gone, and how, never detached."""
@@ -119,7 +125,7 @@ def not_attached_message(volume_id: str, state: DomainState) -> str:
     return f"{text} (it has no volumes)"
 
 
-def _fresh(host: Host, state: DomainState) -> list[DomainXml]:
+def _fresh(host: ComputeHost, state: DomainState) -> list[DomainXml]:
     """The guest's XML read again, once its disks are gone (none if the guest went too)."""
     listed = ListedDomain(state.dom, state.name, state.uuid, state.active, state.persistent)
     try:
@@ -131,7 +137,7 @@ def _fresh(host: Host, state: DomainState) -> list[DomainXml]:
         return []
 
 
-def _remove(host: Host, dom: libvirt.virDomain, use: DiskUse, timeout: float,
+def _remove(host: ComputeHost, dom: libvirt.virDomain, use: DiskUse, timeout: float,
             while_waiting: Callable[[], None] | None = None) -> None:
     alias = use.device_alias or ""
     if use.live:
@@ -146,7 +152,7 @@ def _remove(host: Host, dom: libvirt.virDomain, use: DiskUse, timeout: float,
         set_note(dom, alias, None, "", live=use.live, persistent=not use.live)
 
 
-def detach_live(host: Host, dom: libvirt.virDomain, disk: Disk, alias: str,
+def detach_live(host: ComputeHost, dom: libvirt.virDomain, disk: Disk, alias: str,
                 timeout: float, while_waiting: Callable[[], None] | None = None) -> None:
     """Detach from the running guest and wait for libvirt's device-removed event
     (``while_waiting`` is called once the guest was asked, before the wait)."""
@@ -185,7 +191,7 @@ def detach_live(host: Host, dom: libvirt.virDomain, disk: Disk, alias: str,
                             f"{timeout:g} s; it stays attached (retry the detach later)")
 
 
-def undo_attach(host: Host, dom: libvirt.virDomain, alias: str) -> bool:
+def undo_attach(host: ComputeHost, dom: libvirt.virDomain, alias: str) -> bool:
     """Remove whatever part of a failed attach made it into the guest (the disk with ``alias``);
     ``False`` when some of it could not be removed (logged)."""
     try:
@@ -209,7 +215,7 @@ def undo_attach(host: Host, dom: libvirt.virDomain, alias: str) -> bool:
     return undone
 
 
-def release(host: Host, volume_id: str) -> bool:
+def release(host: ComputeHost, volume_id: str) -> bool:
     """The operator's way out of a leak: release a volume's recorded host side, under its lock,
     only when no guest on this host uses the volume. ``False`` when nothing was recorded."""
     check_requested_volume_id(volume_id)

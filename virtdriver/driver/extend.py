@@ -18,7 +18,7 @@ from typing import Any, TypedDict
 
 import libvirt
 
-from virtdriver.driver.host import Host
+from virtdriver.driver.compute_host import ComputeHost
 from virtdriver.driver.request import VolumeRequest
 from virtdriver.errors import (
     ExtendIncomplete,
@@ -92,7 +92,7 @@ class ExtendResult:
                                 + "; ".join(parts))
 
 
-def extend(host: Host, connection_info: Mapping[str, Any], new_size: int | None = None,
+def extend(host: ComputeHost, connection_info: Mapping[str, Any], new_size: int | None = None,
            instance: str | None = None) -> ExtendResult:
     """Grow an attached volume for every guest here that uses it (only ``instance``, if given)
     to ``new_size`` bytes (default: the size the host sees after os-brick's refresh)."""
@@ -126,7 +126,7 @@ def extend(host: Host, connection_info: Mapping[str, Any], new_size: int | None 
     return ExtendResult(request.vid, new_size, grown, sized)
 
 
-def _users(host: Host, vid: str,
+def _users(host: ComputeHost, vid: str,
            instance: str | None) -> list[tuple[libvirt.virDomain, DiskUse]]:
     """The running guests' live disks and the shut-off guests' defined ones serving ``vid``."""
     users = [(state.dom, u) for state in host.states(mentioning=vid)
@@ -154,7 +154,7 @@ def _refuse_shrink(vid: str, new_size: int, current: dict[int, int]) -> None:
                             f"{new_size} would destroy data")
 
 
-def _refresh_host(host: Host, request: VolumeRequest, users: list[DiskUse]) -> int | None:
+def _refresh_host(host: ComputeHost, request: VolumeRequest, users: list[DiskUse]) -> int | None:
     """os-brick's extend (a rescan) once for the host; the size the host sees, if it can tell."""
     grown = None
     if request.protocol is not None:
@@ -197,7 +197,7 @@ def _fix(use: DiskUse) -> str:
     return f"run again for it: virtdriver extend CONNECTION_INFO {use.domain_name}"
 
 
-def extend_one(host: Host, instance: str, connection_info: Mapping[str, Any],
+def extend_one(host: ComputeHost, instance: str, connection_info: Mapping[str, Any],
                new_size: int) -> int:
     """The compute API's extend for one guest: the size its QEMU now shows, in bytes; a guest
     left behind is :class:`~virtdriver.errors.ExtendIncomplete`."""

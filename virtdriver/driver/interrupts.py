@@ -22,7 +22,7 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Interrupted(KeyboardInterrupt):
-    """An interrupt that was held back and acted on at a safe point; says what it left."""
+    """An interrupt acted on at a safe point, which says what it left as it was."""
 
 
 class Interrupts:

@@ -29,7 +29,7 @@ import libvirt
 
 from virtdriver.config import Disk
 from virtdriver.config.reader import parse_xml
-from virtdriver.driver.host import Host
+from virtdriver.driver.compute_host import ComputeHost
 from virtdriver.driver.interrupts import SIGNALS, Interrupted, Interrupts
 from virtdriver.driver.migrate_dest import (
     abort_incoming,
@@ -60,7 +60,7 @@ LOG = logging.getLogger("virtdriver.driver")
 XML_FLAGS = libvirt.VIR_DOMAIN_XML_MIGRATABLE | libvirt.VIR_DOMAIN_XML_SECURE
 
 
-def migrate(source: Host, destination: Host, instance: str,
+def migrate(source: ComputeHost, destination: ComputeHost, instance: str,
             connection_infos: Sequence[Mapping[str, Any]], *, uri: str | None = None,
             flags: int = 0, peer_to_peer: bool = False,
             interrupts: Interrupts | None = None,
@@ -90,21 +90,21 @@ class _Locked:
     """The source's locks of every volume of the guest, then of the guest itself; the guest
     is read again under them (and the volumes locked again if that read found others)."""
 
-    def __init__(self, host: Host, dom: libvirt.virDomain, state: DomainState) -> None:
-        self.host, self.dom, self.state = host, dom, state
+    def __init__(self, host: ComputeHost, dom: libvirt.virDomain, state: DomainState) -> None:
+        self.compute_host, self.dom, self.state = host, dom, state
         self.stack: list[Any] = []
 
     def __enter__(self) -> DomainState:
         for _ in range(3):
             volumes = sorted({u.volume for u in self.state.disks if u.volume})
-            held = [self.host.lock(volumes, [], "migrate its guest to another host"),
-                    guest_lock(self.host.options.lock_dir, self.state.uuid,
-                               timeout=self.host.options.lock_timeout)]
+            held = [self.compute_host.lock(volumes, [], "migrate its guest to another host"),
+                    guest_lock(self.compute_host.options.lock_dir, self.state.uuid,
+                               timeout=self.compute_host.options.lock_timeout)]
             try:
                 for lock in held:
                     lock.__enter__()
                     self.stack.append(lock)
-                self.state = self.host.state(self.dom)
+                self.state = self.compute_host.state(self.dom)
             except BaseException:
                 self.__exit__(None, None, None)
                 raise
@@ -118,7 +118,7 @@ class _Locked:
             self.stack.pop().__exit__(None, None, None)
 
 
-def _migrate_locked(source: Host, destination: Host, dom: libvirt.virDomain,
+def _migrate_locked(source: ComputeHost, destination: ComputeHost, dom: libvirt.virDomain,
                     state: DomainState, connection_infos: Sequence[Mapping[str, Any]],
                     uri: str | None, flags: int, peer_to_peer: bool,
                     signals: Interrupts,
@@ -187,7 +187,7 @@ def _domain_xml(dom: libvirt.virDomain, state: DomainState) -> list[str]:
     return xmls
 
 
-def _refuse_broken_promises(destination: Host, state: DomainState, xmls: list[str],
+def _refuse_broken_promises(destination: ComputeHost, state: DomainState, xmls: list[str],
                             requests: Mapping[str, Mapping[str, Any]],
                             modes: Mapping[str, str]) -> None:
     """Each disk rendered as the destination would (not connected yet) must arrive as it left."""
@@ -200,7 +200,7 @@ def _refuse_broken_promises(destination: Host, state: DomainState, xmls: list[st
                           state.name, modes[vid], connected=False)
 
 
-def _params(destination: Host, xmls: list[str], infos: Any,
+def _params(destination: ComputeHost, xmls: list[str], infos: Any,
             uri: str | None) -> dict[str, Any]:
     infos = list(infos)
     params: dict[str, Any] = {libvirt.VIR_MIGRATE_PARAM_DEST_XML:
@@ -212,8 +212,8 @@ def _params(destination: Host, xmls: list[str], infos: Any,
     return params
 
 
-def _run_libvirt(dom: libvirt.virDomain, destination: Host, params: dict[str, Any], flags: int,
-                 peer_to_peer: bool, signals: Interrupts) -> str | None:
+def _run_libvirt(dom: libvirt.virDomain, destination: ComputeHost, params: dict[str, Any],
+                 flags: int, peer_to_peer: bool, signals: Interrupts) -> str | None:
     """libvirt's migration in a worker thread, so that an interrupt is answered at once by asking
     libvirt to cancel the job. ``None`` on success, else libvirt's words."""
     outcome: dict[str, str] = {}
@@ -249,7 +249,7 @@ def _cancel(dom: libvirt.virDomain) -> None:
         LOG.debug("cannot cancel the migration job: %s", libvirt_message(exc))
 
 
-def _runs_where(dom: libvirt.virDomain, destination: Host,
+def _runs_where(dom: libvirt.virDomain, destination: ComputeHost,
                 uuid: str) -> tuple[bool | None, bool | None]:
     """Whether the guest runs on the source, on the destination (``None``: cannot tell)."""
     return _asked(dom.isActive), _asked(
@@ -265,7 +265,7 @@ def _asked(question: Callable[[], int]) -> bool | None:
         return None
 
 
-def _undo(destination: Host, state: DomainState, prepared: list[str]) -> str:
+def _undo(destination: ComputeHost, state: DomainState, prepared: list[str]) -> str:
     """Undo the destination's preparations; what could not be undone, as the end of a message
     (empty when everything was)."""
     left = []
@@ -282,7 +282,7 @@ def _undo(destination: Host, state: DomainState, prepared: list[str]) -> str:
             f"there: {_commands(destination, 'migrate-abort', state.uuid, left)}")
 
 
-def _complete(source: Host, destination: Host, state: DomainState,
+def _complete(source: ComputeHost, destination: ComputeHost, state: DomainState,
               modes: Mapping[str, str]) -> list[str]:
     """The guest moved: each volume released on the source unless another guest there uses it
     (its lock is held), the arrival forgotten on the destination. What fails is logged with the
@@ -306,7 +306,7 @@ def _complete(source: Host, destination: Host, state: DomainState,
     return kept
 
 
-def _commands(host: Host, verb: str, uuid: str, volumes: Sequence[str]) -> str:
+def _commands(host: ComputeHost, verb: str, uuid: str, volumes: Sequence[str]) -> str:
     """The exact command lines (shell syntax, ``;`` between them) that do ``verb`` for each
     volume on ``host``."""
     base = (f"virtdriver -c {shlex.quote(host.connection.uri)} --state-dir "

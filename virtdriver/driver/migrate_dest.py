@@ -20,7 +20,7 @@ from lxml import etree
 
 from virtdriver.config import Disk
 from virtdriver.config.reader import parse_xml
-from virtdriver.driver.host import Host
+from virtdriver.driver.compute_host import ComputeHost
 from virtdriver.driver.request import VolumeRequest
 from virtdriver.errors import HostConnectFailed, InvalidRenderOption, MigrationRefused, show
 from virtdriver.hypervisor.dataid import data_identity
@@ -44,7 +44,7 @@ LOG = logging.getLogger("virtdriver.driver")
 NOT_CONNECTED = "/dev/virtdriver-not-connected-yet"
 
 
-def prepare_incoming(host: Host, connection_info: Mapping[str, Any], instance: str,
+def prepare_incoming(host: ComputeHost, connection_info: Mapping[str, Any], instance: str,
                      attach_mode: str) -> None:
     """Connect the volume on this (the destination) host for ``instance``, which will arrive by
     live migration; the guest counts as a user of the volume here from now on."""
@@ -90,7 +90,7 @@ def prepare_incoming(host: Host, connection_info: Mapping[str, Any], instance: s
              instance)
 
 
-def abort_incoming(host: Host, instance: str, volume_id: str) -> bool:
+def abort_incoming(host: ComputeHost, instance: str, volume_id: str) -> bool:
     """Undo :func:`prepare_incoming` after a failed migration (or once a guest that arrived has
     gone again): forget the arrival and release the host side unless a guest here uses the
     volume. ``False`` when nothing was prepared or left to release."""
@@ -128,7 +128,7 @@ def incoming(state: DomainState) -> bool:
     return bool(now == libvirt.VIR_DOMAIN_PAUSED and reason == libvirt.VIR_DOMAIN_PAUSED_MIGRATION)
 
 
-def complete_incoming(host: Host, instance: str, volume_id: str) -> bool:
+def complete_incoming(host: ComputeHost, instance: str, volume_id: str) -> bool:
     """Once ``instance`` runs here: forget its arrival note (its own disk counts from now on).
     The step that ends a migration driven by the caller's own ``migrate3``. ``False`` when there
     was no note (already completed)."""
@@ -147,7 +147,7 @@ def complete_incoming(host: Host, instance: str, volume_id: str) -> bool:
                     + host.forget_arrivals(volume_id, guest=instance))
 
 
-def incoming_xml(host: Host, domain_xml: str,
+def incoming_xml(host: ComputeHost, domain_xml: str,
                  connection_infos: Sequence[Mapping[str, Any]]) -> str:
     """The guest's domain XML with each virtdriver disk rendered for this (the destination) host.
 
@@ -181,8 +181,8 @@ def volume_disks(root: etree._Element) -> list[tuple[etree._Element, str]]:
     return [(el, vid) for el, vid in found if vid is not None]
 
 
-def arriving_disk(host: Host, request: VolumeRequest, leaving: Disk, guest: str, mode: str, *,
-                  connected: bool) -> Disk:
+def arriving_disk(host: ComputeHost, request: VolumeRequest, leaving: Disk, guest: str,
+                  mode: str, *, connected: bool) -> Disk:
     """The disk as it would arrive here: rendered from this host's ``connection_info``, what is
     carried over taken from ``leaving``; refused when a promise would break. ``connected=False``
     renders before the host connect (to refuse before anything moves)."""
@@ -210,7 +210,7 @@ def arriving_disk(host: Host, request: VolumeRequest, leaving: Disk, guest: str,
     return disk
 
 
-def _arrival(host: Host, vid: str, guest: str, uuid: str) -> Arrival:
+def _arrival(host: ComputeHost, vid: str, guest: str, uuid: str) -> Arrival:
     record = host.records.load(vid)
     for raw in record.arriving if record else []:
         arrival = Arrival.from_json(raw)

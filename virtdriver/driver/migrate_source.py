@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from virtdriver.driver.host import Host
+from virtdriver.driver.compute_host import ComputeHost
 from virtdriver.hypervisor.domains import DomainState
 from virtdriver.policy.identity import check_instance, check_requested_volume_id
 from virtdriver.policy.migration import refuse_finish, refuse_leaving
@@ -17,7 +17,7 @@ from virtdriver.policy.migration import refuse_finish, refuse_leaving
 LOG = logging.getLogger("virtdriver.driver")
 
 
-def finish_outgoing(host: Host, instance: str, volume_id: str, *,
+def finish_outgoing(host: ComputeHost, instance: str, volume_id: str, *,
                     leftover_definition: bool = False) -> list[str]:
     """After ``instance`` left this (the source) host: release the volume's host side unless
     another guest here uses it. Returns the guests that still do (then nothing is released).
@@ -30,7 +30,7 @@ def finish_outgoing(host: Host, instance: str, volume_id: str, *,
         return finish_locked(host, instance, volume_id, leftover_definition)
 
 
-def finish_locked(host: Host, instance: str, volume_id: str,
+def finish_locked(host: ComputeHost, instance: str, volume_id: str,
                   leftover_definition: bool = False) -> list[str]:
     """:func:`finish_outgoing` for a caller that holds the volume's lock."""
     states = host.states()

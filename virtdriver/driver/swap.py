@@ -20,8 +20,8 @@ import libvirt
 
 from virtdriver.attachment import Attachment
 from virtdriver.config import Disk
+from virtdriver.driver.compute_host import LOG, ComputeHost
 from virtdriver.driver.detach import not_attached_message
-from virtdriver.driver.host import LOG, Host
 from virtdriver.driver.request import VolumeRequest
 from virtdriver.errors import (
     NotAttached,
@@ -45,8 +45,9 @@ from virtdriver.policy.swap import (
 from virtdriver.render import build_disk
 
 
-def swap(host: Host, instance: str, old_info: Mapping[str, Any], new_info: Mapping[str, Any],
-         timeout: float, progress: Callable[[int, int], None] | None = None) -> Attachment:
+def swap(host: ComputeHost, instance: str, old_info: Mapping[str, Any],
+         new_info: Mapping[str, Any], timeout: float,
+         progress: Callable[[int, int], None] | None = None) -> Attachment:
     options = host.options.render_options()
     old, new = VolumeRequest.parse(old_info, options), VolumeRequest.parse(new_info, options)
     state = host.find(instance)
@@ -116,7 +117,7 @@ def _guest_size(dom: libvirt.virDomain, disk: Disk) -> int | None:
         return None
 
 
-def _swap_live(host: Host, dom: libvirt.virDomain, old_use: Any, new: VolumeRequest,
+def _swap_live(host: ComputeHost, dom: libvirt.virDomain, old_use: Any, new: VolumeRequest,
                new_disk: Disk, persistent: bool, timeout: float,
                progress: Callable[[int, int], None] | None) -> None:
     copy_and_pivot(dom, host.connection.events, old_use.disk.target.dev, new_disk.to_xml(),
@@ -135,7 +136,7 @@ def _swap_definition(dom: libvirt.virDomain, old_disk: Disk, new_disk: Disk) -> 
         raise
 
 
-def _render_like(host: Host, request: VolumeRequest, old: Disk, alias: str) -> Disk:
+def _render_like(host: ComputeHost, request: VolumeRequest, old: Disk, alias: str) -> Disk:
     """The new volume's disk at the old disk's place, with the old attach mode and labels."""
     target = old.target
     unit = int(old.address.unit) if (old.address is not None and old.address.unit

@@ -267,9 +267,9 @@ def read_domains(listed: Iterable[ListedDomain]) -> list[DomainXml]:
     return read
 
 
-def host_view(conn: libvirt.virConnect) -> HostView:
+def host_view(conn: libvirt.virConnect) -> DomainsView:
     """Every domain on the host, read (two list calls, then each domain's XML)."""
-    return HostView(read_domains(list_domains(conn)))
+    return DomainsView(read_domains(list_domains(conn)))
 
 
 def host_state(conn: libvirt.virConnect, mentioning: str | None = None) -> list[DomainState]:
@@ -288,7 +288,7 @@ def domain_disks(dom: libvirt.virDomain) -> list[DiskUse]:
 
 
 @dataclass(frozen=True)
-class HostView:
+class DomainsView:
     """Every domain of the host as read once (its XML, live and defined), each parsed only when
     it is asked about and could matter."""
 

@@ -265,7 +265,7 @@ def test_the_explicit_policy_is_refused_without_selinux(dac_guests, driver_facto
     for flags in (0, libvirt.VIR_DOMAIN_XML_INACTIVE):
         assert f"ua-{info['data']['volume_id']}" not in a.XMLDesc(flags)
     assert ownership(path) == before
-    assert driver.host.connected() == []
+    assert driver.records.connected() == []
 
 
 @needs_dac_child
@@ -295,7 +295,7 @@ def test_the_none_policy_leaves_ownership_alone(dac_guests, driver_factory, volu
     assert ownership(private) == (*OWNER, 0o600)
     assert f"ua-{info['data']['volume_id']}" not in a.XMLDesc(0)
     assert f"ua-{info['data']['volume_id']}" not in a.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
-    assert driver.host.connected() == []
+    assert driver.records.connected() == []
 
 
 @needs_dac_child
@@ -349,4 +349,4 @@ def test_a_read_only_attachment_refuses_writes(backend: str, multiattach: bool, 
         assert read_pattern(reader, alias, 0x5A if multiattach else 0x00)
         for dom in {a, b} if multiattach else {a}:
             driver.detach_volume(dom.name(), vid)
-        assert driver.host.connected() == []
+        assert driver.records.connected() == []

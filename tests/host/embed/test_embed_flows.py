@@ -25,9 +25,9 @@ def test_multiattach_flow_through_embed(embed_guests, embed_driver, loop_device)
         write_pattern(b, alias, 0x01)
     embed_driver.detach_volume(a.name(), vid)
     assert read_pattern(b, alias, 0x77)
-    assert embed_driver.host.connected() == [vid]
+    assert embed_driver.records.connected() == [vid]
     embed_driver.detach_volume(b.name(), vid)
-    assert embed_driver.host.connected() == []
+    assert embed_driver.records.connected() == []
     assert embed_driver.list_attachments(b.name()) == []
 
 
@@ -40,11 +40,11 @@ def test_refusal_and_rollback_through_embed(embed_guests, embed_driver, loop_dev
     other = local_volume(loop_device.device, multiattach=True)
     with pytest.raises(VolumeInUse, match="under another name"):
         embed_driver.attach_volume(other, b.name())
-    assert embed_driver.host.connected() == [info["data"]["volume_id"]]
+    assert embed_driver.records.connected() == [info["data"]["volume_id"]]
     embed_driver.detach_volume(a.name(), info["data"]["volume_id"])
-    assert embed_driver.host.connected() == []
+    assert embed_driver.records.connected() == []
     with pytest.raises(AttachFailed) as caught:
         embed_driver.attach_volume(other, b.name(), bus="virtio")
     assert "hotplug" in (caught.value.libvirt_message or "")
     assert embed_driver.list_attachments(b.name()) == []
-    assert embed_driver.host.connected() == []
+    assert embed_driver.records.connected() == []

@@ -21,8 +21,8 @@ from virtdriver.hypervisor.connection import Connection, libvirt_message
 from virtdriver.hypervisor.dataid import DataIdentity, identity_token
 from virtdriver.hypervisor.domains import (
     DomainState,
+    DomainsView,
     DomainXml,
-    HostView,
     ListedDomain,
     read_domains,
 )
@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # the render path is imported by the operations that render
 LOG = logging.getLogger("virtdriver.driver")
 
 
-class Host:
+class ComputeHost:
     """One libvirt host as the driver's steps use it."""
 
     def __init__(self, uri: str, options: HostOptions) -> None:
@@ -118,7 +118,7 @@ class Host:
     # ---- reading the host -----------------------------------------------------------------------
 
     def view(self, read: Sequence[ListedDomain | DomainXml] | None = None, *,
-             arriving: bool = True, skip: str | None = None) -> HostView:
+             arriving: bool = True, skip: str | None = None) -> DomainsView:
         """Every guest on this host, read from libvirt now (parsed only where asked), and (with
         ``arriving``) the guests expected here by live migration. ``read``: the domains, if the
         caller listed (or read) them already; ``skip``: a guest (UUID) left out."""
@@ -129,11 +129,11 @@ class Host:
         except libvirt.libvirtError as exc:
             raise HypervisorError("cannot read the host's guests", libvirt_message(exc)) from None
         domains += [d for d in read if isinstance(d, DomainXml)]
-        view = HostView(domains)
+        view = DomainsView(domains)
         if not arriving:
             return view
         uses, records = self._arriving(view.present())
-        return HostView(domains, uses, records)
+        return DomainsView(domains, uses, records)
 
     def states(self, mentioning: str | None = None) -> list[DomainState]:
         """Every guest on this host, parsed (see :meth:`DomainXml.state` for ``mentioning``)."""
@@ -257,7 +257,7 @@ class Host:
             properties["enforce_multipath"] = True  # os-brick: fail without multipathd
         return properties
 
-    def check_record(self, vid: str, view: HostView | None = None) -> HostRecord:
+    def check_record(self, vid: str, view: DomainsView | None = None) -> HostRecord:
         """Stop with :class:`~virtdriver.errors.StateError` before anything changes when the
         volume's record is damaged (it could not say how to undo what the call would set up);
         the record, a new one when there is none (for :meth:`connect`, under the same lock).
@@ -276,7 +276,7 @@ class Host:
 
     def release_unless_used(self, vid: str, data: DataIdentity | None,
                             properties: dict[str, Any] | None = None, *,
-                            gone: str | None = None, view: HostView | None = None) -> list[str]:
+                            gone: str | None = None, view: DomainsView | None = None) -> list[str]:
         """Release the host side when no guest uses the volume or its data any more; returns the
         guests that still do (and then releases nothing). ``gone`` is a guest (UUID) whose
         leftover definition does not count: it left this host by live migration. ``view``: the
