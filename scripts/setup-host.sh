@@ -8,9 +8,11 @@ cd "$here"
 
 log() { printf 'setup-host: %s\n' "$*" >&2; }
 
+# python3-venv, python3-dev and gcc: a bare Debian 13 has none of them, and pip compiles
+# libvirt-python against libvirt-dev
 packages=(libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients
           qemu-system-x86 qemu-utils qemu-block-extra libvirt-dev pkg-config
-          libxml2-utils util-linux procps)
+          libxml2-utils util-linux procps python3-venv python3-dev gcc)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -30,9 +32,10 @@ if [ "$(id -u)" = 0 ]; then
     id libvirt-qemu >/dev/null 2>&1 || useradd --system -g libvirt-qemu -G kvm \
         -d /var/lib/libvirt -s /usr/sbin/nologin libvirt-qemu
     mkdir -p /var/log/libvirt/qemu /var/run/libvirt /var/lib/libvirt/qemu /var/lib/libvirt/images
-    conf=/etc/libvirt/qemu.conf
+    conf=/etc/libvirt/qemu.conf configured=0
     if ! grep -q '^# virtdriver-managed' "$conf" 2>/dev/null; then
         log "configuring $conf (QEMU as root, no security driver)"
+        configured=1
         {
             echo '# virtdriver-managed'
             echo 'user = "root"'
@@ -40,10 +43,17 @@ if [ "$(id -u)" = 0 ]; then
             echo 'security_driver = "none"'
         } >>"$conf"
     fi
-    pgrep -x virtlogd >/dev/null || { log "starting virtlogd"; virtlogd -d; }
-    if ! pgrep -x libvirtd >/dev/null; then
-        log "starting libvirtd"
-        libvirtd -d
+    if [ -d /run/systemd/system ]; then
+        # systemd runs: its units (socket-activated on Debian 13), not daemons of our own
+        systemctl enable --now virtlogd.socket libvirtd.socket >/dev/null 2>&1 \
+            || systemctl start virtlogd.service libvirtd.service
+        [ "$configured" = 0 ] || systemctl try-restart libvirtd.service  # the new qemu.conf
+    else
+        pgrep -x virtlogd >/dev/null || { log "starting virtlogd"; virtlogd -d; }
+        if ! pgrep -x libvirtd >/dev/null; then
+            log "starting libvirtd"
+            libvirtd -d
+        fi
     fi
     for _ in $(seq 1 100); do
         [ -S /var/run/libvirt/libvirt-sock ] && break

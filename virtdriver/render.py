@@ -27,6 +27,7 @@ from virtdriver.policy import (
     check_option_text,
     check_throttle,
     effective_attach_mode,
+    fitting_serial,
 )
 from virtdriver.policy.identity import UUID_PATTERN, alias_for, check_volume_id
 from virtdriver.shapes import normalize
@@ -99,7 +100,8 @@ def build_disk(connection_info: Mapping[str, Any], *, attach_mode: str | None = 
     )
     if not lun:
         disk.blockio = _block_sizes(data, bus)
-        disk.serial = _serial(connection_info.get("serial"))
+        serial = _serial(connection_info.get("serial"))
+        disk.serial = fitting_serial(bus, serial) if serial is not None else None
     qos = data.get("qos_specs")
     if qos is not None:
         disk.iotune = iotune_from_qos(qos)

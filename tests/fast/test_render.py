@@ -326,3 +326,14 @@ def test_what_libvirt_or_qemu_refuse_is_refused_first(info: dict, kwargs: dict,
 ])
 def test_the_limits_themselves_are_accepted(info: dict, kwargs: dict, schema_valid) -> None:
     schema_valid(build_disk(info, **kwargs).to_xml())
+
+
+@pytest.mark.parametrize("bus, dev, kept", [("scsi", "sdb", 36), ("usb", "sdb", 36),
+                                             ("virtio", "vdb", 57)])
+def test_a_serial_is_what_the_bus_sends_the_guest(bus: str, dev: str, kept: int) -> None:
+    vid = "volume-" + "0123456789" * 5
+    info = {"driver_volume_type": "local", "serial": vid,
+            "data": {"device_path": "/dev/loop0", "volume_id": vid}}
+    disk = build_disk(info, bus=bus, target_dev=dev)
+    assert disk.serial == vid[:kept] and disk.alias is not None
+    assert disk.alias.name == f"ua-{vid}"  # the volume is still found by its whole id

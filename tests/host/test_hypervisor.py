@@ -324,3 +324,16 @@ def libvirt_disk(domain_xml: str, alias: str):
     disk = etree.fromstring(domain_xml.encode()).find(f"./devices/disk/alias[@name='{alias}']/..")
     assert disk is not None, domain_xml
     return disk
+
+
+def test_a_volume_id_longer_than_a_scsi_serial_attaches_and_detaches(
+        guests, volume_driver, loop_device) -> None:
+    """QEMU 8.1 and later refuse a SCSI serial over 36 characters; the guest gets 36 of them."""
+    dom = guests.start("long-id")
+    vid = "volume-" + "0123456789" * 5  # 57 characters, a Cinder-like id from another backend
+    info = local_volume(loop_device.device, multiattach=False, volume_id=vid)
+    att = volume_driver.attach_volume(info, dom.name())
+    assert f"<serial>{vid[:36]}</serial>" in dom.XMLDesc(0)
+    assert {u.volume for u in volume_driver.volume_users(vid)} == {vid}  # found by its alias
+    volume_driver.detach_volume(dom.name(), vid)
+    assert f"ua-{vid}" not in dom.XMLDesc(0) and att.device == "/dev/sda"

@@ -57,15 +57,40 @@ def _render(args: argparse.Namespace) -> int:
 
     check_hotplug_bus(args.bus, "--bus")  # render prints what attach would use
     info, mode = read_volume(args.connection_info, args.attach_mode, args.multiattach)
-    disk = build_disk(
-        info, attach_mode=mode,
-        target_dev=args.target_dev or DEFAULT_TARGET[args.bus], bus=args.bus, device=args.device,
-        scsi_unit=args.scsi_unit, luks_secret_uuid=args.luks_secret_uuid,
-        mount_base=args.mount_base, label_policy=args.label_policy,
-        shared_image_label=args.shared_image_label, native_iscsi=args.native_iscsi,
-        native_glusterfs=args.native_glusterfs)
+    def render(models: tuple[str, ...] | None = None) -> Any:
+        return build_disk(
+            info, attach_mode=mode,
+            target_dev=args.target_dev or DEFAULT_TARGET[args.bus], bus=args.bus,
+            device=args.device, scsi_unit=args.scsi_unit, luks_secret_uuid=args.luks_secret_uuid,
+            mount_base=args.mount_base, label_policy=args.label_policy,
+            shared_image_label=args.shared_image_label, native_iscsi=args.native_iscsi,
+            native_glusterfs=args.native_glusterfs, security_models=models)
+
+    disk = render()  # the input's own errors first, before libvirt is asked anything
+    if args.label_policy != "auto":  # per-disk labels: for this host's drivers, as attach writes
+        models = _host_security_models(args.connect)
+        if models is not None:
+            disk = render(models)
     emit(disk.to_xml())
     return 0
+
+
+def _host_security_models(uri: str) -> tuple[str, ...] | None:
+    """The security drivers of the libvirt at ``uri``; ``None`` (every model) if none answers."""
+    import libvirt
+
+    from virtdriver.hypervisor.connection import security_models
+
+    try:
+        conn = libvirt.openReadOnly(uri)
+    except libvirt.libvirtError:
+        print(f"virtdriver: libvirt at {uri} does not answer: labels are written for every "
+              "security driver", file=sys.stderr)
+        return None
+    try:
+        return security_models(conn.getCapabilities())
+    finally:
+        conn.close()
 
 
 def _add_render(sub: Any) -> None:
@@ -196,6 +221,8 @@ def _quiet_logging() -> None:
         logging.getLogger().setLevel(logging.ERROR)
         # A wait for another operation's lock is said as it happens (see hypervisor.locks).
         logging.getLogger("virtdriver.locks").setLevel(logging.WARNING)
+        # So is an attach that falls back to one path (see driver.compute_host).
+        logging.getLogger("virtdriver.paths").setLevel(logging.WARNING)
 
 
 def exit_code(exc: VirtDriverError) -> int:

@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Any
 import libvirt
 
 from virtdriver.driver.options import HostOptions
-from virtdriver.errors import DamagedRecord, HypervisorError, LockTimeout, VirtDriverError
+from virtdriver.errors import (
+    DamagedRecord,
+    HostConnectFailed,
+    HypervisorError,
+    LockTimeout,
+    VirtDriverError,
+)
 from virtdriver.hypervisor.connection import Connection, libvirt_message
 from virtdriver.hypervisor.dataid import DataIdentity, identity_token
 from virtdriver.hypervisor.domains import (
@@ -36,6 +42,7 @@ if TYPE_CHECKING:  # the render path is imported by the operations that render
     from virtdriver.policy.migration import Arrival
 
 LOG = logging.getLogger("virtdriver.driver")
+PATHS_LOG = logging.getLogger("virtdriver.paths")  # said on the CLI's terminal too
 
 
 class ComputeHost:
@@ -222,6 +229,7 @@ class ComputeHost:
         read again)."""
         options = request.options
         if request.protocol is not None:
+            self._check_connectable(request)
             device_info = self.records.connect(request.vid, request.protocol,
                                                self._brick_properties(request), record=record,
                                                **self._connector_options(request))
@@ -229,6 +237,30 @@ class ComputeHost:
                 request.data["device_path"] = device_info["path"]
         for secret in request.driver.host_secrets(request.data, options):
             self.records.add_secret(self.connection.get(), request.vid, secret)
+
+    def _check_connectable(self, request: VolumeRequest) -> None:
+        """Refuse at once what os-brick would fail slowly or silently: too old, no multipathd.
+
+        os-brick older than 6.10 ignores ``enforce_multipath`` at connect, and every release
+        connects a single path without a word when multipathd is missing: virtdriver checks.
+        """
+        from virtdriver.volume import probes
+
+        driver = request.driver
+        brick = probes.os_brick_version() if driver.min_os_brick else None
+        if brick is not None and probes.version_tuple(brick) < driver.min_os_brick:
+            floor = ".".join(map(str, driver.min_os_brick))
+            raise HostConnectFailed(f"volume {request.vid}: os-brick {brick} cannot connect "
+                                    f"{driver.volume_type} volumes here; {floor} or later can")
+        if not self.options.use_multipath or not driver.multipathd:
+            return
+        if probes.running("multipathd") is not None:
+            return
+        if self.options.enforce_multipath:
+            raise HostConnectFailed(f"volume {request.vid}: multipathd is not running, and "
+                                    "enforce_multipath refuses a single-path attach")
+        PATHS_LOG.warning("volume %s: multipathd is not running: connected over one path only",
+                          request.vid)
 
     def _connector_options(self, request: VolumeRequest) -> dict[str, Any]:
         """os-brick connector settings for the volume: the protocol's, and multipath when the

@@ -103,6 +103,11 @@ def abort_incoming(host: ComputeHost, instance: str, volume_id: str) -> bool:
             raise MigrationRefused(f"guest {instance} is here, paused by an incoming migration "
                                    "that has not ended: once libvirt ends it (or after 'virsh "
                                    f"destroy {here[0].name}'), run migrate-abort again")
+        if here and ending(here[0]):
+            raise MigrationRefused(f"guest {instance} is here but being shut down (libvirt ends "
+                                   "an abandoned incoming migration so): once it is gone (or "
+                                   f"after 'virsh destroy {here[0].name}'), run migrate-abort "
+                                   "again")
         if here:
             raise MigrationRefused(f"guest {instance} runs on this host: the migration did not "
                                    f"fail; detach volume {volume_id} instead")
@@ -117,6 +122,14 @@ def abort_incoming(host: ComputeHost, instance: str, volume_id: str) -> bool:
         LOG.info("volume %s stays connected on this host: still used by %s", volume_id,
                  ", ".join(users))
     return bool(mine) or not users
+
+
+def ending(state: DomainState) -> bool:
+    """Whether the guest is being shut down (libvirt 11 so reports an incoming one it abandons)."""
+    try:
+        return bool(state.dom.state()[0] == libvirt.VIR_DOMAIN_SHUTDOWN)
+    except libvirt.libvirtError:
+        return False
 
 
 def incoming(state: DomainState) -> bool:

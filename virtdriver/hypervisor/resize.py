@@ -12,8 +12,10 @@ size only when it is opened (``bdrv_open_driver`` -> ``refresh_total_sectors``: 
 (measured). So the protocol node is opened anew, read-only, on the same path: ``blockdev-add`` of
 a second node, ``blockdev-reopen`` of the format node onto it (drained for a moment; the guest
 device and its format node stay), then the same once more under libvirt's own node name, so that
-libvirt's later detach, block copy or migration find the nodes it named. The nodes' options are
-libvirt's own for this disk (``virConnectDomainXMLToNative``), so nothing but the size changes.
+libvirt's later detach, block copy or migration find the nodes it named. Where the protocol node
+is the device's root (libvirt 10 and later give a plain raw disk no format node), the device
+itself is moved to the second node (``qom-set`` of its ``drive``), and back. The nodes' options
+are libvirt's own for this disk (``virConnectDomainXMLToNative``), so only the size changes.
 
 The guest device is not told: QEMU 7.2 signals a size change to a device only after a truncate or
 a write past the end (``bdrv_parent_cb_resize``), neither possible read-only. QEMU answers the
@@ -70,9 +72,12 @@ def resize_disk(dom: libvirt.virDomain, disk: Disk, new_size: int) -> Resized:
 def reopen_storage(dom: libvirt.virDomain, disk: Disk) -> int:
     """Open the protocol node of read-only ``disk`` again; the size QEMU now shows."""
     alias = disk.alias.name if disk.alias is not None else ""
-    fmt = _root_node(dom, alias)
-    storage = fmt.removesuffix("-format") + "-storage" if fmt.endswith("-format") else ""
+    device, root = _device_node(dom, alias)
     nodes = {n["node-name"]: n for n in _qmp(dom, "query-named-block-nodes", flat=True)}
+    if nodes.get(root, {}).get("drv") in REOPENABLE:
+        storage, fmt = root, None  # libvirt 10 and later: a raw disk is one protocol node
+    else:
+        storage, fmt = root.removesuffix("-format") + "-storage", root  # libvirt's own names
     node = nodes.get(storage)
     if node is None or node.get("drv") not in REOPENABLE:
         kind = f"a QEMU {node.get('drv')} disk" if node else "a disk without a protocol node"
@@ -80,11 +85,18 @@ def reopen_storage(dom: libvirt.virDomain, disk: Disk) -> int:
                               "only when it opens it, and virtdriver reopens read-only block "
                               "devices and files only")
     storage_props, format_props = libvirt_blockdev_props(dom.connect(), disk)
+
+    def read_through(name: str) -> None:
+        if fmt is None:  # the device itself moves to the node
+            _qmp(dom, "qom-set", path=device, property="drive", value=name)
+        else:
+            _qmp(dom, "blockdev-reopen",
+                 options=[dict(format_props or {}, **{"node-name": fmt, "file": name})])
+
     temporary = "vd-grow-" + secrets.token_hex(6)
     _qmp(dom, "blockdev-add", **dict(storage_props, **{"node-name": temporary}))
     try:
-        _qmp(dom, "blockdev-reopen", options=[dict(format_props, **{"node-name": fmt,
-                                                                    "file": temporary})])
+        read_through(temporary)
     except HypervisorError:
         _qmp(dom, "blockdev-del", **{"node-name": temporary})
         raise
@@ -92,14 +104,12 @@ def reopen_storage(dom: libvirt.virDomain, disk: Disk) -> int:
     try:
         _qmp(dom, "blockdev-del", **{"node-name": storage})
     except HypervisorError:
-        _qmp(dom, "blockdev-reopen", options=[dict(format_props, **{"node-name": fmt,
-                                                                    "file": storage})])
+        read_through(storage)
         _qmp(dom, "blockdev-del", **{"node-name": temporary})
         raise
     try:
         _qmp(dom, "blockdev-add", **dict(storage_props, **{"node-name": storage}))
-        _qmp(dom, "blockdev-reopen", options=[dict(format_props, **{"node-name": fmt,
-                                                                    "file": storage})])
+        read_through(storage)
     except HypervisorError as exc:
         raise HypervisorError(f"{alias} of {dom.name()} was reopened at its new size, but "
                               f"through QEMU node {temporary}, not libvirt's {storage}: libvirt "
@@ -110,9 +120,9 @@ def reopen_storage(dom: libvirt.virDomain, disk: Disk) -> int:
 
 
 def libvirt_blockdev_props(conn: libvirt.virConnect,
-                           disk: Disk) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The ``-blockdev`` options libvirt gives ``disk``'s protocol and format nodes, asked of
-    libvirt itself (its command line for a domain holding only this disk)."""
+                           disk: Disk) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The ``-blockdev`` options libvirt gives ``disk``'s protocol node, and its format node if it
+    has one, asked of libvirt itself (its command line for a domain holding only this disk)."""
     probe = ("<domain type='qemu'><name>virtdriver-probe</name><memory unit='MiB'>64</memory>"
              "<os><type>hvm</type></os><devices><controller type='scsi' model='virtio-scsi'/>"
              f"{disk.to_xml()}</devices></domain>")
@@ -122,21 +132,25 @@ def libvirt_blockdev_props(conn: libvirt.virConnect,
         raise HypervisorError("libvirt could not describe the disk's block nodes",
                               libvirt_message(exc)) from None
     nodes = [json.loads(arg) for opt, arg in zip(argv, argv[1:]) if opt == "-blockdev"]
-    for storage in nodes:
+    storages = [n for n in nodes if n.get("driver") in REOPENABLE]
+    for storage in storages:
         for fmt in nodes:
-            if fmt.get("file") == storage.get("node-name") and storage.get("driver") in REOPENABLE:
+            if fmt.get("file") == storage.get("node-name"):
                 return _without_name(storage), _without_name(fmt)
-    raise HypervisorError("libvirt gives the disk no separate protocol node to reopen")
+    if len(storages) == 1 and len(nodes) == 1:
+        return _without_name(storages[0]), None
+    raise HypervisorError("libvirt gives the disk no protocol node to reopen")
 
 
 def _without_name(props: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in props.items() if k not in ("node-name", "file")}
 
 
-def _root_node(dom: libvirt.virDomain, alias: str | None) -> str:
+def _device_node(dom: libvirt.virDomain, alias: str | None) -> tuple[str, str]:
+    """The guest device's QOM path and the block node at its root, as QEMU reports them."""
     for entry in _qmp(dom, "query-block"):
         if _is_device(entry, alias) and entry.get("inserted"):
-            return str(entry["inserted"]["node-name"])
+            return str(entry["qdev"]), str(entry["inserted"]["node-name"])
     raise HypervisorError(f"QEMU of {dom.name()} has no block device {alias}")
 
 

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         check_option_text,
         check_throttle,
         effective_attach_mode,
+        fitting_serial,
         shared_image_label,
     )
     from virtdriver.policy.sharing import DIRECT_CACHE_MODES
@@ -53,6 +54,7 @@ __all__ = [
     "check_attach_mode",
     "check_block_device_attach_mode",
     "check_block_sizes",
+    "fitting_serial",
     "check_hotplug_bus",
     "check_label_options",
     "check_label_policy",

@@ -56,6 +56,9 @@ NO_READONLY_BUSES: Final = ("ide", "sata")  # libvirt: "readonly ide disks are n
 NO_HOTPLUG_BUSES: Final = ("ide", "sata")  # libvirt: "disk bus 'ide' cannot be hotplugged"
 SECTOR_ONLY_BUSES: Final = ("ide", "sata")  # QEMU's ide-hd: "logical_block_size must be 512"
 DEFAULT_BLOCK_SIZE: Final = 512  # what QEMU assumes for a block size that is not given
+# QEMU's scsi-hd (also under usb-storage) sends at most 36 characters of a serial to the guest;
+# QEMU 8.1 and later refuse a longer one ("can't be longer than 36 characters").
+SERIAL_LIMIT: Final = {"scsi": 36, "usb": 36}
 THROTTLE_MAX: Final = 10**15  # QEMU's ceiling for a rate and for a burst's rate x length
 #: The security models whose per-disk ``relabel='no'`` means "leave this disk's labels alone".
 #: AppArmor has none to leave alone: its per-guest profile rule is what lets QEMU open the disk.
@@ -159,6 +162,11 @@ def check_hotplug_bus(bus: object, where: str = "bus") -> None:
     if bus in NO_HOTPLUG_BUSES:
         raise InvalidRenderOption(f"{where}: {show(bus)} cannot be hot-plugged into a running "
                                   f"guest; use one of virtio, scsi, usb")
+
+
+def fitting_serial(bus: str, serial: str) -> str:
+    """The serial as the guest sees it on ``bus``: at most what QEMU's device sends."""
+    return serial[:SERIAL_LIMIT.get(bus, len(serial))]
 
 
 def check_block_sizes(bus: str, logical: int | None, physical: int | None) -> None:
@@ -274,6 +282,7 @@ def apply_policy(disk: Disk, *, attach_mode: str, multiattach: bool, host_attach
     if driver is not None and driver.io == "native" and driver.cache not in DIRECT_CACHE_MODES:
         driver.io = "threads"
     if host_attached and disk.source is not None:
+        check_label_policy(label_policy, security_models)
         disk.source.seclabels = _labels(label_policy, disk.shareable, shared_label,
                                         security_models)
     return disk

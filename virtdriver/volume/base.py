@@ -139,6 +139,11 @@ class VolumeDriver:
     #: security labels: ``nfs_t``, ``virt_use_nfs``). ``doctor`` reports them; a refused attach
     #: names the one that is off.
     selinux_booleans: ClassVar[tuple[str, ...]] = ()
+    #: Whether os-brick's multipath for this protocol is dm-multipath, built by ``multipathd``
+    #: (an attach with multipath on checks that it runs).
+    multipathd: ClassVar[bool] = False
+    #: The oldest os-brick whose connector works for this protocol (an attach checks it first).
+    min_os_brick: ClassVar[tuple[int, ...]] = ()
 
     def host_probe(self) -> tuple[bool, str] | None:
         """Can this host connect the volume itself (kernel, tools)? ``(ok, why)`` in a few words,

@@ -11,6 +11,7 @@ class FibreChannelVolumeDriver(HostBlockDeviceDriver):
         "nova.virt.libvirt.volume.fibrechannel.LibvirtFibreChannelVolumeDriver",
         default_aio_drops_native=True)
     brick_protocol = "FIBRE_CHANNEL"
+    multipathd = True
     io = "native"
 
     def host_probe(self) -> tuple[bool, str] | None:

@@ -74,6 +74,7 @@ class ISCSIVolumeDriver(HostBlockDeviceDriver):
     nova = NovaBinding(
         "nova.virt.libvirt.volume.iscsi.LibvirtISCSIVolumeDriver", default_aio_drops_native=True)
     brick_protocol = "ISCSI"
+    multipathd = True
     io = "native"
 
     qemu_block_driver = "iscsi"

@@ -16,6 +16,7 @@ class ISERVolumeDriver(HostBlockDeviceDriver):
     nova = NovaBinding(
         "nova.virt.libvirt.volume.iser.LibvirtISERVolumeDriver", default_aio_drops_native=True)
     brick_protocol = "ISER"
+    multipathd = True
     io = "native"
 
     def host_probe(self) -> tuple[bool, str] | None:

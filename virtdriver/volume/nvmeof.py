@@ -19,6 +19,7 @@ class NVMeoFVolumeDriver(HostBlockDeviceDriver):
     volume_type = "nvmeof"
     nova = NovaBinding("nova.virt.libvirt.volume.nvme.LibvirtNVMEVolumeDriver")
     brick_protocol = "NVMEOF"
+    min_os_brick = probes.MIN_OS_BRICK_NVMEOF
 
     def host_probe(self) -> tuple[bool, str] | None:
         return probes.nvme_fabrics()

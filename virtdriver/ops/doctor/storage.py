@@ -33,12 +33,26 @@ PROPAGATION = "mount propagation"
 def qemu_block_drivers() -> set[str]:
     """The block drivers ``qemu-img`` lists (qemu-block-extra adds iscsi, rbd, gluster, ...)."""
     qemu_img = shutil.which("qemu-img")
-    if qemu_img is None:
-        return set()
-    for line in _run([qemu_img, "--help"]).splitlines():
-        if line.startswith("Supported formats:"):
-            return set(line.split(":", 1)[1].split())
-    return set()
+    return listed_block_drivers(_run([qemu_img, "--help"])) if qemu_img else set()
+
+
+def listed_block_drivers(help_text: str) -> set[str]:
+    """The drivers in ``qemu-img --help``: one line (QEMU 7) or a wrapped block (QEMU 10).
+
+    No QMP command lists the block drivers a QEMU can load (its schema names every driver
+    whether or not its module is installed), so this is QEMU's own list, read as it prints it.
+    """
+    names: list[str] = []
+    lines = iter(help_text.splitlines())
+    for line in lines:
+        if re.match(r"Supported (image )?formats:", line):
+            names += line.split(":", 1)[1].split()
+            for more in lines:
+                if not more.strip() and names:
+                    break
+                names += more.split()
+            break
+    return set(names)
 
 
 def protocol_checks(facts: dict[str, Any], enabled: frozenset[str] = frozenset()) -> list[Check]:
