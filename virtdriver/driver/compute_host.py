@@ -271,10 +271,12 @@ class ComputeHost:
         return extra
 
     def extend_connector_options(self, request: VolumeRequest) -> dict[str, Any]:
-        """The connector a rescan must use: the one the volume was connected with here (its
-        record's: with multipath, os-brick then grows the map too, not only its paths), else the
-        one a connect would use now (also when the record is damaged: a rescan changes nothing
-        the record describes, and the release that needs it says what the damage means)."""
+        """The connector a rescan must use: the one the volume was connected with here.
+
+        That is its record's (with multipath, os-brick then grows the map too, not only its
+        paths), else the one a connect would use now, also when the record is damaged: a rescan
+        changes nothing the record describes, and the release that needs it names the damage.
+        """
         try:
             record = self.records.load(request.vid)
         except DamagedRecord:
@@ -290,11 +292,13 @@ class ComputeHost:
         return properties
 
     def check_record(self, vid: str, view: DomainsView | None = None) -> HostRecord:
-        """Stop with :class:`~virtdriver.errors.StateError` before anything changes when the
-        volume's record is damaged (it could not say how to undo what the call would set up);
-        the record, a new one when there is none (for :meth:`connect`, under the same lock).
-        ``view``: the host as read under the volume's lock held since; when its listing of the
-        records has no file of the volume, there is none (only that lock's holder makes one)."""
+        """The volume's record, or a new one; a damaged record stops the call at once.
+
+        A damaged record (:class:`~virtdriver.errors.StateError`) could not say how to undo what
+        the call would set up, so nothing changes. ``view``: the host as read under the volume's
+        lock held since; when its listing of the records has no file of the volume, there is
+        none (only that lock's holder makes one).
+        """
         from virtdriver.hypervisor.hostconn import HostRecord
 
         if view is not None and view.records is not None \

@@ -52,9 +52,11 @@ class VolumeRequest:
         return self.info["data"]
 
     def data_before_connect(self) -> DataIdentity | None:
-        """The data's identity as far as it is known before the host connects it: the protocol's
-        own key (an iSCSI target and LUN), else the source it renders to now (a local device, a
-        network volume); ``None`` when only the connect will tell (no device path yet)."""
+        """The data's identity as far as it is known before the host connects it.
+
+        That is the protocol's own key (an iSCSI target and LUN), else the source it renders to
+        now (a local device, a network volume); ``None`` when only the connect will tell.
+        """
         key = self.driver.data_key(self.data, self.options)
         if key is not None:
             return ("key", *key)
@@ -65,9 +67,11 @@ class VolumeRequest:
         return data_identity(Disk(source=source))
 
     def lock_data(self, identity: DataIdentity | None) -> list[tuple[str, str]]:
-        """The data lock to take with the volume lock for ``identity``, the data as
-        :meth:`data_before_connect` found it (none when the data is not known yet); the checks
-        under the lock use that same identity."""
+        """The data lock to take with the volume lock, for the data as known before connect.
+
+        ``identity`` is what :meth:`data_before_connect` found (none when the data is not known
+        yet); the checks under the lock use that same identity.
+        """
         return [] if identity is None else [(identity_token(identity), f"volume {self.vid}")]
 
 

@@ -128,10 +128,11 @@ def closed_file(path: str, uid: int, gid: int, *, write: bool) -> str | None:
 
 def why_attach_refused(dom: libvirt.virDomain, disk: Disk, message: str,
                        info: Mapping[str, Any], label_policy: str) -> str:
-    """libvirt's message (``message``) when it refused to attach ``disk``, and for a denied
-    open, why (:func:`_why_denied`);
-    for QEMU's own iSCSI initiator, the name it logged in as (a target's ACL admits names);
-    for ``device='lun'``, why a passed-through block device could not be used."""
+    """libvirt's refusal of an attach of ``disk``, with the reason it does not give.
+
+    For a denied open, why (:func:`_why_denied`); for QEMU's own iSCSI initiator, the name it
+    logged in as (a target's ACL admits names); for ``device='lun'``, why a passed-through
+    block device could not be used."""
     source = disk.source
     if source is not None and source.protocol == "iscsi" and source.initiator is not None \
             and source.initiator.iqn is not None:
@@ -150,9 +151,10 @@ def why_attach_refused(dom: libvirt.virDomain, disk: Disk, message: str,
 
 def _why_denied(dom: libvirt.virDomain, disk: Disk, path: str, info: Mapping[str, Any],
                 label_policy: str) -> str | None:
-    """Why QEMU was denied ``path``: a directory above it QEMU's user may not pass; with
-    label_policy 'none', whose data it is; the file's own mode (on a share libvirt cannot
-    re-own); an SELinux boolean the protocol needs that is off."""
+    """Why QEMU was denied ``path``, in the first of these that holds.
+
+    A directory above it QEMU's user may not pass; with label_policy 'none', whose data it is;
+    the file's own mode (on a share libvirt cannot re-own); an SELinux boolean that is off."""
     try:
         live: str | None = dom.XMLDesc(0)
     except libvirt.libvirtError:

@@ -195,10 +195,12 @@ class DomainState:
 
 @functools.lru_cache(maxsize=256)
 def _placement_of(xml: str) -> DomainDisks:
-    """Where the disks of one XML text sit, read once per text: a guest's XML comes back to a
-    text read before (a detach leaves it as it was before the attach; libvirt changed nothing),
+    """Where the disks of one XML text sit, read once per text.
+
+    A guest's XML comes back to a text read before (a detach leaves it as before the attach),
     and this parse is the largest part of an attach's own work. Callers get copies of the lists
-    (:attr:`DomainXml.placement`); the placement-only disks are read, never changed."""
+    (:attr:`DomainXml.placement`); the placement-only disks are read, never changed.
+    """
     return DomainDisks.from_xml(xml, placement_only=True)
 
 

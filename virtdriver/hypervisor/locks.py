@@ -191,10 +191,12 @@ def _read_generation(fd: int) -> int:
 
 
 class GuestFile:
-    """A guest's lock file opened before its lock is taken: :attr:`generation` is the attach
-    generation read then (without the lock), and :func:`guest_lock` given this file locks the
-    same descriptor later -- one open of the file per attach, not one to read and one to lock.
-    The lock's release closes it; :meth:`close` closes it if the lock was never taken."""
+    """A guest's lock file, opened once per attach before its lock is taken.
+
+    :attr:`generation` is the attach generation read then (without the lock), and
+    :func:`guest_lock` given this file locks the same descriptor later. The lock's release
+    closes it; :meth:`close` closes it if the lock was never taken.
+    """
 
     def __init__(self, lock_dir: Path, guest_uuid: str) -> None:
         self.path = _guest_lock_path(lock_dir, guest_uuid)

@@ -48,9 +48,9 @@ def source_paths(xml: str) -> tuple[str, ...]:
 
 
 class XmlFacts:
-    """What :class:`Wanted` looks for in a domain's XML documents (its live XML and
-    definition), found once per documents: the XML cache keeps them while libvirt changes
-    nothing, so an attach or detach at many guests looks each guest up, not through it."""
+    """What :class:`Wanted` looks for in a domain's live XML and definition, found once.
+
+    An attach or detach at many guests then looks each guest up instead of reading it through."""
 
     __slots__ = ("texts", "sources", "volumes", "noted")
 

@@ -120,9 +120,10 @@ def alias_for(volume_id: str, taken: set[str] | frozenset[str] = frozenset()) ->
 
 
 def encoded_ids_in(text: str) -> set[str]:
-    """The encoded volume id (:func:`encode_volume_id`) of every alias :func:`alias_for` made
-    that ``text`` holds as an attribute (written verbatim, between quotes: its characters are
-    never escaped), and perhaps a few ids more: a look at a whole XML document."""
+    """The encoded volume ids of the aliases ``text`` holds, and perhaps a few ids more.
+
+    A look at a whole XML document for every alias :func:`alias_for` made (written verbatim
+    between quotes: its characters are never escaped), by :func:`encode_volume_id`."""
     return {match.group(1) for match in _ALIAS.finditer(text)}
 
 

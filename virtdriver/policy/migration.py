@@ -114,9 +114,10 @@ def refuse_arriving_over(guest: str, running: bool) -> None:
 
 
 def refuse_finish(guest: str, running: bool, defined: bool, leftover_definition: bool) -> None:
-    """The source may release a guest's volumes only once the guest has left it: not while it
-    runs here, and not while it is merely shut off here (unless its definition is known to be a
-    leftover of a migration that moved it)."""
+    """The source may release a guest's volumes only once the guest has left it.
+
+    Not while it runs here, and not while it is merely shut off here (unless its definition is
+    known to be a leftover of a migration that moved it)."""
     if running:
         raise MigrationRefused(f"guest {guest} still runs on this host: the migration has not "
                                "finished, so its volumes stay connected")

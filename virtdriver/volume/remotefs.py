@@ -50,9 +50,10 @@ def split_export(export: str, where: str) -> tuple[str, str]:
 
 
 def export_hosts(export: str, style: str | None, where: str) -> list[str]:
-    """The hosts a share is mounted from, each checked by the one host-name rule: ``colon``
-    (``host:/path``), ``unc`` (``//host/share``), ``list`` (``host[:port],.../volume``), or
-    ``None`` for a share named without a host (a cluster name)."""
+    """The hosts a share is mounted from, each checked by the one host-name rule.
+
+    ``colon`` (``host:/path``), ``unc`` (``//host/share``), ``list``
+    (``host[:port],.../volume``), or ``None`` for a share named without a host (a cluster)."""
     if style == "colon":
         return [split_export(export, where)[0]]
     if style == "unc":
