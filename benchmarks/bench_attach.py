@@ -1,7 +1,7 @@
 """Attach and detach latency: the driver against raw libvirt calls, same guest and disk, with N
 running guests on the host.
 
-    .venv/bin/python benchmarks/bench_attach.py [--rounds 30] [--guests 1 8 32 96]
+    .venv/bin/python benchmarks/bench_attach.py [--rounds 30] [--guests 1 32 96]
 
 For each guest count (the host grows from one count to the next), every guest runs with a volume
 of its own attached through the driver (so each has a disk, and the host has a host-connection
@@ -15,7 +15,8 @@ alike; medians are reported.
   os-brick's connect is a no-op for it, so its own cost is excluded);
 - floor: the raw attach preceded by the libvirt calls a read of who uses the data needs (both
   domain lists, each domain's live and persistent XML) and nothing else -- what any driver pays
-  that answers that question from libvirt without a cache.
+  that answers that question from libvirt without a cache; for detach, the raw detach and its
+  DEVICE_REMOVED followed by the same read (is the volume still used on this host?).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -46,8 +46,8 @@ def measure(conn: libvirt.virConnect, events: DeviceEvents, driver: LibvirtVolum
     """Median milliseconds of each side, ``rounds`` alternating rounds on ``dom`` (and the
     driver's own CPU per attach and detach, ``*_cpu``)."""
 
-    def read_then_attach(xml: str) -> None:
-        """The round trips of a read of the host, then the raw attach: no Python work."""
+    def read_host() -> None:
+        """The round trips of a read of the host: no Python work."""
         running = {d.UUIDString(): d for d in
                    conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE)}
         defined = {d.UUIDString(): d for d in
@@ -60,14 +60,23 @@ def measure(conn: libvirt.virConnect, events: DeviceEvents, driver: LibvirtVolum
             except libvirt.libvirtError as exc:  # another user's guest went away meanwhile
                 if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
                     raise
+
+    def read_then_attach(xml: str) -> None:
+        """The host read, then the raw attach."""
+        read_host()
         dom.attachDeviceFlags(xml, FLAGS)
 
     def raw_detach(xml: str, alias: str) -> None:
         detach_and_wait(events, dom, xml, alias, timeout=60, flags=FLAGS)
 
+    def detach_then_read(xml: str, alias: str) -> None:
+        """The raw detach and its DEVICE_REMOVED, then the host read."""
+        raw_detach(xml, alias)
+        read_host()
+
     times: dict[str, list[float]] = {k: [] for k in ("raw_attach", "raw_detach", "attach",
-                                                     "detach", "read_attach", "attach_cpu",
-                                                     "detach_cpu")}
+                                                     "detach", "read_attach", "read_detach",
+                                                     "attach_cpu", "detach_cpu")}
 
     def take(name: str, call: Callable[..., object], *args: object) -> None:
         wall, cpu = timed(call, *args, settle=settle)
@@ -86,8 +95,7 @@ def measure(conn: libvirt.virConnect, events: DeviceEvents, driver: LibvirtVolum
 
     def floor(info: dict, xml: str, alias: str) -> None:
         take("read_attach", read_then_attach, xml)
-        time.sleep(settle)
-        raw_detach(xml, alias)
+        take("read_detach", detach_then_read, xml, alias)
 
     sides = [raw, ours, floor]
     for n in range(rounds):
@@ -134,6 +142,9 @@ def main() -> None:
                    "attach_ratio": round(med["attach"] / med["raw_attach"], 3),
                    "detach_ratio": round(med["detach"] / med["raw_detach"], 3),
                    "read_attach_ratio": round(med["read_attach"] / med["raw_attach"], 3),
+                   "read_detach_ratio": round(med["read_detach"] / med["raw_detach"], 3),
+                   "floor_attach_ratio": round(med["attach"] / med["read_attach"], 3),
+                   "floor_detach_ratio": round(med["detach"] / med["read_detach"], 3),
                    "attach_round_trips": trips["attach"], "detach_round_trips": trips["detach"],
                    "rounds": args.rounds}
             rows.append(row)
@@ -146,6 +157,10 @@ def main() -> None:
                           f"{row[op + '_ratio']:>8.2f}")
                 print(f"  {'raw attach after the host read':<34}{row['raw_attach_ms']:>10.1f}"
                       f"{row['read_attach_ms']:>17.1f}{row['read_attach_ratio']:>8.2f}")
+                print(f"  {'raw detach, then the host read':<34}{row['raw_detach_ms']:>10.1f}"
+                      f"{row['read_detach_ms']:>17.1f}{row['read_detach_ratio']:>8.2f}")
+                print(f"  virtdriver / floor: attach {row['floor_attach_ratio']:.2f}, detach "
+                      f"{row['floor_detach_ratio']:.2f}")
                 print(f"  calls to libvirtd: attach {trips['attach']}, detach {trips['detach']} "
                       "(raw: 1 each)")
                 print(f"  virtdriver's own CPU (median): attach {row['attach_cpu_ms']:.2f} ms, "
