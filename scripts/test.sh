@@ -19,26 +19,37 @@
 #                                     functional tests of volumes, then tests/nova (fidelity, real
 #                                     guests) (scripts/nova-suite.sh: about 8-10 min on 2 cores;
 #                                     its venv cached under /var/tmp)
+#   ./scripts/test.sh --stack debian13
+#                                     the second host stack (testhosts/debian13: Debian 13's
+#                                     libvirt 11.3, QEMU 10.0, Python 3.13 in a private mount
+#                                     namespace beside this host's daemons, its tree cached under
+#                                     /var/tmp/virtdriver-debian13): tests/fast on 3.13, then the
+#                                     host tests in STACK_TESTS below and tests/inguest there,
+#                                     against this host's storage backends
 #   ./scripts/test.sh --nested        tests/nested inside the nested test host, once with SELinux
 #                                     enforcing and once with AppArmor (scripts/test-nested.sh;
 #                                     image cached under /var/tmp/virtdriver-nested, about 15 min
 #                                     on a fresh machine: testhosts/README.md)
 #
 # Layer options combine (--fast --nova). Without one, everything runs: pytest over the fast and
-# the host tests in one session, then nova, then nested; VIRTDRIVER_SKIP_NOVA=1 and
-# VIRTDRIVER_SKIP_NESTED=1 leave those out of the whole run (CI runs them). Arguments after the
+# the host tests in one session, then the debian13 stack, then nova, then nested;
+# VIRTDRIVER_SKIP_STACK=1, VIRTDRIVER_SKIP_NOVA=1 and VIRTDRIVER_SKIP_NESTED=1 leave those out
+# of the whole run (CI runs them). Arguments after the
 # options (or after --) go to pytest; those that name tests (tests/...) replace the folders.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
 
-fast=0 hypervisor=0 nova=0 nested=0 chosen=0
+fast=0 hypervisor=0 nova=0 nested=0 chosen=0 stack=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --fast) fast=1 chosen=1 ;;
         --hypervisor) hypervisor=1 chosen=1 ;;
         --nova) nova=1 chosen=1 ;;
         --nested) nested=1 chosen=1 ;;
+        --stack)
+            [ "${2:-}" = debian13 ] || { echo "test.sh: --stack takes debian13" >&2; exit 2; }
+            stack=$2 chosen=1; shift ;;
         --) shift; break ;;
         *) break ;;
     esac
@@ -46,6 +57,7 @@ while [ $# -gt 0 ]; do
 done
 if [ "$chosen" = 0 ]; then
     fast=1 hypervisor=1
+    [ "${VIRTDRIVER_SKIP_STACK:-0}" = 1 ] || stack=debian13
     [ "${VIRTDRIVER_SKIP_NOVA:-0}" = 1 ] || nova=1
     [ "${VIRTDRIVER_SKIP_NESTED:-0}" = 1 ] || nested=1
 fi
@@ -58,7 +70,16 @@ layer() {
     for a in "${args[@]}"; do case "$a" in tests/*) return ;; esac; done
     echo "$@"
 }
-if [ "$hypervisor" = 1 ] || [ "$nova" = 1 ] || [ "$nested" = 1 ] || [ ! -x .venv/bin/python ] \
+# What the second stack runs of tests/host (#47): attach/detach, races, state damage, extend,
+# swap, migration between two daemons, doctor, the demo, the README tour, exit codes.
+STACK_TESTS=(tests/host/test_hypervisor.py tests/host/test_races.py
+             tests/host/test_state_damage.py tests/host/test_extend_backends.py
+             tests/host/test_cli_swap_extend.py tests/host/test_swap_promises.py
+             tests/host/test_migration.py tests/host/test_doctor_audit.py tests/host/test_demo.py
+             tests/host/test_readme_tour.py tests/host/test_connect_checks.py
+             tests/host/test_cli.py tests/host/test_cli_exit_codes.py tests/inguest)
+if [ "$hypervisor" = 1 ] || [ "$nova" = 1 ] || [ "$nested" = 1 ] || [ -n "$stack" ] \
+        || [ ! -x .venv/bin/python ] \
         || [ pyproject.toml -nt .venv/.virtdriver-installed ]; then
     ./scripts/setup-host.sh
 fi
@@ -70,24 +91,28 @@ if [ "$fast" = 1 ]; then
     .venv/bin/ruff check virtdriver tests testhosts benchmarks || status=1
 fi
 
-if [ "$hypervisor" = 1 ]; then
-    started_backends=0
-    if ! ./scripts/test-backends.sh status >/dev/null 2>&1; then
+started_backends=0 started_cinder=0 started_stack=0
+cleanup() {
+    if [ "$started_stack" = 1 ]; then testhosts/debian13/run.sh down || true; fi
+    if [ "$started_cinder" = 1 ]; then ./scripts/test-cinder.sh down || true; fi
+    if [ "$started_backends" = 1 ]; then ./scripts/test-backends.sh down || true; fi
+}
+trap cleanup EXIT
+backends_up() {  # the storage test backends on 127.0.0.1, for this host and the second stack
+    if [ "$started_backends" = 0 ] && ! ./scripts/test-backends.sh status >/dev/null 2>&1; then
         started_backends=1
         ./scripts/test-backends.sh up || echo "test.sh: some storage backends did not start" >&2
     fi
+}
+
+if [ "$hypervisor" = 1 ]; then
+    backends_up
     # a real Cinder on the test Ceph (scripts/test-cinder.sh; its venv is cached under /var/tmp):
     # 6.5-10.6 s to start (db sync + one process), about 1.5 minutes more the first time (its venv)
-    started_cinder=0
     if ! ./scripts/test-cinder.sh status >/dev/null 2>&1; then
         started_cinder=1
         ./scripts/test-cinder.sh up || echo "test.sh: Cinder did not start" >&2
     fi
-    cleanup() {
-        if [ "$started_cinder" = 1 ]; then ./scripts/test-cinder.sh down || true; fi
-        if [ "$started_backends" = 1 ]; then ./scripts/test-backends.sh down || true; fi
-    }
-    trap cleanup EXIT
     folders=(tests/host tests/inguest)
     [ "$fast" = 1 ] && folders=(tests/fast "${folders[@]}")  # one session: fast and host tests
     .venv/bin/python -m pytest $(layer "${folders[@]}") "$@" || status=$?
@@ -103,6 +128,19 @@ if [ "$hypervisor" = 1 ]; then
 elif [ "$fast" = 1 ]; then
     # both cores (pytest-xdist): the fast tests share no host state
     .venv/bin/python -m pytest -q -n auto $(layer tests/fast) "$@" || status=$?
+fi
+if [ -n "$stack" ]; then
+    backends_up
+    started=$SECONDS
+    if ! testhosts/debian13/run.sh status >/dev/null 2>&1; then
+        started_stack=1
+        testhosts/debian13/run.sh up || status=1
+    fi
+    in_stack() { testhosts/debian13/run.sh exec "$@"; }
+    # Python 3.13's fast layer, then the host tests against libvirt 11 and QEMU 10
+    in_stack python -m pytest -q -n auto -p no:cacheprovider $(layer tests/fast) "$@" || status=1
+    in_stack python -m pytest -p no:cacheprovider $(layer "${STACK_TESTS[@]}") "$@" || status=1
+    echo "test.sh: the debian13 stack took $((SECONDS - started)) s" >&2
 fi
 if [ "$nova" = 1 ]; then
     ./scripts/nova-suite.sh || status=1

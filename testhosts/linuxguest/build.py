@@ -24,7 +24,7 @@ from testhosts.linuxguest.initramfs import cpio_gz, load_order, module_index
 
 CACHE = Path(os.environ.get("VIRTDRIVER_LINUXGUEST_CACHE", "/var/tmp/virtdriver-linuxguest"))
 KERNEL_META = "linux-image-amd64"
-PACKAGES = ("busybox-static", "sg3-utils", "libsgutils2-1.46-2")
+PACKAGES = ("busybox-static", "sg3-utils")  # and sg3-utils' library, named by its Depends
 MODULES = ("virtio_pci", "virtio_scsi", "sd_mod", "virtio_console", "crct10dif_generic")
 SG_TOOLS = ("sg_persist", "sg_raw", "sg_inq", "sg_readcap", "sg_turs")
 HERE = Path(__file__).resolve().parent
@@ -40,10 +40,15 @@ def _run(*cmd: str, cwd: Path | None = None) -> str:
 
 def kernel_package() -> str:
     """The versioned kernel package that ``linux-image-amd64`` depends on."""
-    candidate_version(KERNEL_META)  # reads the package lists first if there are none
-    found = re.search(r"Depends: (linux-image-\S+)", _run("apt-cache", "depends", KERNEL_META))
+    return depended_on(KERNEL_META, "linux-image-")
+
+
+def depended_on(package: str, prefix: str) -> str:
+    """The package named ``prefix...`` that ``package`` depends on in this suite."""
+    candidate_version(package)  # reads the package lists first if there are none
+    found = re.search(rf"Depends: ({re.escape(prefix)}\S+)", _run("apt-cache", "depends", package))
     if not found:
-        raise RuntimeError(f"apt-cache knows no kernel behind {KERNEL_META}")
+        raise RuntimeError(f"apt-cache knows no {prefix}* behind {package}")
     return found.group(1)
 
 
@@ -86,7 +91,8 @@ def shared_libraries(binary: Path, extra_lib_dir: Path) -> list[tuple[str, Path]
 
 
 def _inputs() -> tuple[dict[str, str], str]:
-    versions = {p: candidate_version(p) for p in (kernel_package(), *PACKAGES)}
+    wanted = (kernel_package(), *PACKAGES, depended_on("sg3-utils", "libsgutils2-"))
+    versions = {p: candidate_version(p) for p in wanted}
     h = hashlib.sha256(json.dumps(versions, sort_keys=True).encode())
     for src in SOURCES:
         h.update(src.read_bytes())
