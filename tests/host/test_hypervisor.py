@@ -230,7 +230,8 @@ def test_parallel_detaches_disconnect_exactly_once_after_the_last(
 def test_capabilities_come_from_the_running_hypervisor(volume_driver) -> None:
     caps = volume_driver.capabilities()
     assert caps["supports_multiattach"] is True and caps["qemu_share_rw"] is True
-    assert caps["libvirt_version"].startswith("9.")
+    v = volume_driver.connection.get().getLibVersion()  # the daemon's own, whatever its release
+    assert caps["libvirt_version"] == f"{v // 1000000}.{v // 1000 % 1000}.{v % 1000}"
 
 
 def test_connector_properties_carry_the_mode(volume_driver) -> None:

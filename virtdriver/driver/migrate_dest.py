@@ -99,16 +99,17 @@ def abort_incoming(host: ComputeHost, instance: str, volume_id: str) -> bool:
     with host.lock([volume_id], [], "abort an incoming migration"):
         states = host.states()
         here = [s for s in states if s.is_instance(instance) and s.active]
-        if here and incoming(here[0]):
+        now = libvirt_state(here[0]) if here else None  # None: gone since it was listed
+        if now == (libvirt.VIR_DOMAIN_PAUSED, libvirt.VIR_DOMAIN_PAUSED_MIGRATION):
             raise MigrationRefused(f"guest {instance} is here, paused by an incoming migration "
                                    "that has not ended: once libvirt ends it (or after 'virsh "
                                    f"destroy {here[0].name}'), run migrate-abort again")
-        if here and ending(here[0]):
-            raise MigrationRefused(f"guest {instance} is here but being shut down (libvirt ends "
-                                   "an abandoned incoming migration so): once it is gone (or "
-                                   f"after 'virsh destroy {here[0].name}'), run migrate-abort "
-                                   "again")
-        if here:
+        if now is not None and now[0] == libvirt.VIR_DOMAIN_SHUTDOWN:
+            raise MigrationRefused(f"guest {instance} is here, left by an incoming migration "
+                                   "that has not ended, and libvirt shuts it down: once it is "
+                                   f"gone (or after 'virsh destroy {here[0].name}'), run "
+                                   "migrate-abort again")
+        if now is not None:
             raise MigrationRefused(f"guest {instance} runs on this host: the migration did not "
                                    f"fail; detach volume {volume_id} instead")
         mine = host.forget_arrivals(volume_id, guest=instance)
@@ -124,12 +125,13 @@ def abort_incoming(host: ComputeHost, instance: str, volume_id: str) -> bool:
     return bool(mine) or not users
 
 
-def ending(state: DomainState) -> bool:
-    """Whether the guest is being shut down (libvirt 11 so reports an incoming one it abandons)."""
+def libvirt_state(state: DomainState) -> tuple[int, int] | None:
+    """The guest's state and reason as libvirt gives them now; ``None`` once it is gone."""
     try:
-        return bool(state.dom.state()[0] == libvirt.VIR_DOMAIN_SHUTDOWN)
+        now, reason = state.dom.state()
     except libvirt.libvirtError:
-        return False
+        return None
+    return int(now), int(reason)
 
 
 def incoming(state: DomainState) -> bool:
