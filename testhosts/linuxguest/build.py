@@ -20,7 +20,13 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from testhosts.linuxguest.initramfs import cpio_gz, load_order, module_index
+from testhosts.linuxguest.initramfs import (
+    builtin_modules,
+    cpio_gz,
+    load_order,
+    module_bytes,
+    module_index,
+)
 
 CACHE = Path(os.environ.get("VIRTDRIVER_LINUXGUEST_CACHE", "/var/tmp/virtdriver-linuxguest"))
 KERNEL_META = "linux-image-amd64"
@@ -101,21 +107,28 @@ def _inputs() -> tuple[dict[str, str], str]:
     return versions, h.hexdigest()[:16]
 
 
+def merged(tree: Path, path: str) -> Path:
+    """``path`` in an unpacked package tree: Debian 13's packages put /bin and /lib under /usr."""
+    plain = tree / path
+    return plain if plain.exists() else tree / "usr" / path
+
+
 def _assemble(versions: dict[str, str], debs: Path,
               tree: Path) -> tuple[bytes, Path, dict[str, object]]:
     for package, version in versions.items():
         _run("dpkg-deb", "-x", str(fetch_deb(package, version, debs)), str(tree))
     kernel = next(p for p in versions if p.startswith("linux-image-"))
     release = kernel.removeprefix("linux-image-")
-    index = module_index(tree / "lib/modules" / release)
-    order = load_order(index, MODULES)
+    modules = merged(tree, f"lib/modules/{release}")
+    index = module_index(modules)
+    order = load_order(index, MODULES, builtin_modules(modules))
     files: dict[str, tuple[int, bytes]] = {
         "init": (0o100755, (HERE / "init.sh").read_bytes()),
-        "bin/busybox": (0o100755, (tree / "bin/busybox").read_bytes()),
+        "bin/busybox": (0o100755, merged(tree, "bin/busybox").read_bytes()),
         "lib/modules/load.order": (0o100644, "".join(f"{m}.ko\n" for m in order).encode()),
     }
     for name in order:
-        files[f"lib/modules/{name}.ko"] = (0o100644, index[name].read_bytes())
+        files[f"lib/modules/{name}.ko"] = (0o100644, module_bytes(index[name]))
     lib_dir = tree / "usr/lib/x86_64-linux-gnu"
     for tool in SG_TOOLS:
         files[f"usr/bin/{tool}"] = (0o100755, (tree / "usr/bin" / tool).read_bytes())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import lzma
 import struct
 from collections.abc import Iterable
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 
 def modinfo(path: Path) -> dict[str, str]:
     """The ``key=value`` strings of a ``.ko``'s ``.modinfo`` section (ELF64 little-endian)."""
-    data = path.read_bytes()
+    data = module_bytes(path)
     if data[:4] != b"\x7fELF" or data[4] != 2:
         raise ValueError(f"{path}: not an ELF64 module (compressed?)")
     shoff, = struct.unpack_from("<Q", data, 0x28)
@@ -35,17 +36,33 @@ def modinfo(path: Path) -> dict[str, str]:
 
 
 def module_index(modules_dir: Path) -> dict[str, Path]:
-    """Module name (``-`` read as ``_``) -> its ``.ko`` under ``modules_dir``."""
-    return {p.name[:-3].replace("-", "_"): p for p in modules_dir.rglob("*.ko")}
+    """Module name (``-`` read as ``_``) -> its ``.ko`` or ``.ko.xz`` under ``modules_dir``."""
+    return {p.name.split(".ko")[0].replace("-", "_"): p
+            for pattern in ("*.ko", "*.ko.xz") for p in modules_dir.rglob(pattern)}
 
 
-def load_order(index: dict[str, Path], wanted: Iterable[str]) -> list[str]:
-    """``wanted`` and everything they depend on, each after its dependencies."""
+def module_bytes(path: Path) -> bytes:
+    """A module's ELF bytes: Debian 13 ships modules xz-compressed, the guest loads plain ones."""
+    data = path.read_bytes()
+    return lzma.decompress(data) if path.name.endswith(".xz") else data
+
+
+def builtin_modules(modules_dir: Path) -> frozenset[str]:
+    """The modules built into the kernel (``modules.builtin``): nothing to load for them."""
+    listed = modules_dir / "modules.builtin"
+    lines = listed.read_text().split() if listed.exists() else []
+    return frozenset(Path(line).name.removesuffix(".ko").replace("-", "_") for line in lines)
+
+
+def load_order(index: dict[str, Path], wanted: Iterable[str],
+               builtin: frozenset[str] = frozenset()) -> list[str]:
+    """``wanted`` and everything they depend on, each after its dependencies; built-in ones
+    (Debian 13's kernel builds virtio_pci in) are left out."""
     order: list[str] = []
 
     def visit(name: str, path: tuple[str, ...]) -> None:
         name = name.replace("-", "_")
-        if name in order:
+        if name in order or name in builtin:
             return
         if name in path:
             raise ValueError(f"module dependency cycle: {' -> '.join(path + (name,))}")

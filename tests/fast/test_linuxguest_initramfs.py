@@ -30,3 +30,14 @@ def test_files_come_back_with_their_modes_and_parent_directories() -> None:
     assert {k: v for k, v in back.items() if k in files} == files
     assert back["lib"][0] == back["lib/modules"][0] == back["lib64"][0] == 0o040755
     assert set(back) == set(files) | {"lib", "lib/modules", "lib64"}
+
+
+def test_a_module_built_into_the_kernel_is_not_loaded(tmp_path) -> None:
+    """Debian 13's kernel builds virtio_pci in: it is listed in modules.builtin, no .ko."""
+    from testhosts.linuxguest.initramfs import builtin_modules, load_order
+
+    (tmp_path / "modules.builtin").write_text("kernel/drivers/virtio/virtio_pci.ko\n"
+                                              "kernel/drivers/scsi/sd_mod.ko\n")
+    builtin = builtin_modules(tmp_path)
+    assert builtin == {"virtio_pci", "sd_mod"}
+    assert load_order({}, ["virtio_pci", "sd_mod"], builtin) == []

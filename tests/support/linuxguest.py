@@ -16,6 +16,7 @@ from typing import Any
 import libvirt
 import pytest
 
+from testhosts.guests.private_libvirtd import BINDS
 from testhosts.linuxguest import LinuxGuest, LinuxGuests, build
 from testhosts.linuxguest.guest import channel_path
 from tests.support.fixtures import require_libvirtd
@@ -92,11 +93,13 @@ def follow_migrated(guest: LinuxGuest, dest_conn: libvirt.virConnect, daemon: An
     """Point ``guest`` at itself on the destination after a live migration to ``daemon`` (a
     :class:`~testhosts.guests.private_libvirtd.PrivateLibvirtd`); returns what it answers.
 
-    The destination's libvirt bound the command port in its own ``/var/lib/libvirt``, which is
-    ``daemon.base/lib`` from here.
+    The destination's libvirt bound the command port in its own ``/var/lib/libvirt`` (libvirt
+    9) or ``/run/libvirt`` (libvirt 11), which are ``daemon.base/lib`` and ``/run`` from here.
     """
     dom = dest_conn.lookupByName(guest.name())
     inside = channel_path(dom)
-    seen_here = Path(daemon.base, "lib", inside.relative_to("/var/lib/libvirt"))
+    here = {Path(inside_dir): Path(daemon.base, name) for name, inside_dir in BINDS.items()}
+    top = next(d for d in here if inside.is_relative_to(d))
+    seen_here = here[top] / inside.relative_to(top)
     guest.moved(dom, seen_here)
     return guest.check("echo moved; cat /proc/uptime")
