@@ -71,13 +71,14 @@ layer() {
     echo "$@"
 }
 # What the second stack runs of tests/host (#47): attach/detach, races, state damage, extend,
-# swap, migration between two daemons, doctor, the demo, the README tour, exit codes.
+# swap, migration between two daemons, doctor, the demo, the README tour, render on the host,
+# the in-guest tests.
 STACK_TESTS=(tests/host/test_hypervisor.py tests/host/test_races.py
              tests/host/test_state_damage.py tests/host/test_extend_backends.py
              tests/host/test_cli_swap_extend.py tests/host/test_swap_promises.py
              tests/host/test_migration.py tests/host/test_doctor_audit.py tests/host/test_demo.py
              tests/host/test_readme_tour.py tests/host/test_connect_checks.py
-             tests/host/test_cli.py tests/host/test_cli_exit_codes.py tests/inguest)
+             tests/host/test_cli.py tests/inguest)
 if [ "$hypervisor" = 1 ] || [ "$nova" = 1 ] || [ "$nested" = 1 ] || [ -n "$stack" ] \
         || [ ! -x .venv/bin/python ] \
         || [ pyproject.toml -nt .venv/.virtdriver-installed ]; then
