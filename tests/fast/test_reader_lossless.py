@@ -194,3 +194,15 @@ def test_strict_reading_of_generated_documents_is_whole_or_names_the_loss(
 
 
 # ---- libvirt's parser as the oracle -------------------------------------------------------------
+
+
+def test_a_no_break_space_beside_elements_is_text_and_is_kept() -> None:
+    """XML's whitespace is four characters: a no-break space after a child is text."""
+    doc = ("<disk type='file' device='disk'><driver name='qemu' type='raw' cache='none'/>"
+           "<source file='/srv/a.raw'/><target dev='sdb' bus='scsi'/><serial>S1</serial>"
+           "<readonly/>\xa0</disk>")
+    disk = Disk.from_xml(doc, strict=False)
+    assert disk.to_xml() == doc
+    assert not schema_accepts(etree.tostring(disk.to_element(), encoding="unicode"))  # text
+    with pytest.raises(UndeclaredXML, match="unexpected text"):
+        Disk.from_xml(doc)

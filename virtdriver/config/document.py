@@ -15,7 +15,7 @@ import re
 
 from lxml import etree
 
-from virtdriver.config.reader import compact, decode_declared, describe, parse_xml
+from virtdriver.config.reader import XML_SPACE, compact, decode_declared, describe, parse_xml
 from virtdriver.errors import UndeclaredXML
 
 # One part of a prolog: white space, the declaration or another processing instruction, a
@@ -44,7 +44,7 @@ def read_document(text: str | bytes, strict: bool) -> tuple[etree._Element, str,
     if strict:
         _refuse_outside(prolog, root)
         return root, "", ""
-    return root, prolog if prolog.strip() else "", epilog
+    return root, prolog if prolog.strip(XML_SPACE) else "", epilog
 
 
 def declared_encoding(prolog: str) -> str | None:

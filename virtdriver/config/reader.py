@@ -26,6 +26,8 @@ from virtdriver.errors import InvalidXMLValue, MalformedXML, UndeclaredXML
 
 ATTR, FLAG, TEXT_CHILD, CHILD, CHILDREN = "attr", "flag", "text", "child", "children"
 XML_NS = "http://www.w3.org/XML/1998/namespace"
+# XML's whitespace: str.strip(XML_SPACE) alone would also drop a no-break space, which is text.
+XML_SPACE = " \t\r\n"
 
 
 @dataclass(frozen=True)
@@ -128,8 +130,8 @@ def _layout(node: etree._Element, level: int | None) -> None:
     character is meaningful and is left exactly as it is.
     """
     kids = list(node)
-    if not kids or (node.text and node.text.strip()) or any(
-            k.tail and k.tail.strip() for k in kids):
+    if not kids or (node.text and node.text.strip(XML_SPACE)) or any(
+            k.tail and k.tail.strip(XML_SPACE) for k in kids):
         return
     pad = None if level is None else "\n" + "  " * (level + 1)
     node.text = pad
@@ -166,7 +168,8 @@ def describe(node: etree._Element) -> str:
 
 
 def _is_mixed(node: etree._Element) -> bool:
-    return bool((node.text or "").strip()) or any((k.tail or "").strip() for k in node)
+    return bool((node.text or "").strip(XML_SPACE)) or any(
+        (k.tail or "").strip(XML_SPACE) for k in node)
 
 
 def _qualified(name: str, node: etree._Element, attrs: list[tuple[str, str]]) -> str:
@@ -246,8 +249,8 @@ def _text(text: str | None, strict: bool, path: str,
     if order is not None:
         if text:
             order.append(("text", text))
-    elif text is not None and text.strip() and strict:
-        raise UndeclaredXML(f"{path}: unexpected text {text.strip()!r}")
+    elif text is not None and text.strip(XML_SPACE) and strict:
+        raise UndeclaredXML(f"{path}: unexpected text {text.strip(XML_SPACE)!r}")
 
 
 def _read_child(cls: Any, sub: etree._Element, strict: bool, path: str, values: dict[str, Any],
@@ -272,7 +275,7 @@ def _read_child(cls: Any, sub: etree._Element, strict: bool, path: str, values: 
         return None
     text, other = _text_only(sub, strict, where)
     if spec.kind == FLAG:
-        other = other or bool((text or "").strip())
+        other = other or bool((text or "").strip(XML_SPACE))
         value: Any = True
     elif text is None:
         if strict:
