@@ -49,8 +49,12 @@ if [ "$(id -u)" = 0 ]; then
             || systemctl start virtlogd.service libvirtd.service
         [ "$configured" = 0 ] || systemctl try-restart libvirtd.service  # the new qemu.conf
     else
-        pgrep -x virtlogd >/dev/null || { log "starting virtlogd"; virtlogd -d; }
-        if ! pgrep -x libvirtd >/dev/null; then
+        # ours by its pid file in this /run, not by name: a daemon of another namespace (the
+        # host's, beside a container or the debian13 stack) is seen by pgrep but serves no /run
+        running() { local p; p=$(cat "/run/$1.pid" 2>/dev/null) && [ -n "$p" ] \
+            && [ "$(cat "/proc/$p/comm" 2>/dev/null)" = "$1" ]; }
+        running virtlogd || { log "starting virtlogd"; virtlogd -d; }
+        if ! running libvirtd; then
             log "starting libvirtd"
             libvirtd -d
         fi

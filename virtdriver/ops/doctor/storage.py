@@ -83,7 +83,7 @@ def protocol_checks(facts: dict[str, Any], enabled: frozenset[str] = frozenset()
                          f"{'' if qemu_ok else ' missing: qemu-block-extra'}{how})")
         if not parts:
             parts.append("its driver declares no host probe: doctor cannot tell")
-        qemu_used = qemu_ok and (driver.qemu_option is None or driver.qemu_option in enabled)
+        qemu_used = qemu_ok and (not driver.qemu_option or driver.qemu_option in enabled)
         status: Status = "ok" if (host is not None and host[0]) or qemu_used else "warn"
         if qemu_ok and not qemu_used and status == "warn":
             parts.append(f"attaches work only with {driver.qemu_option}")
