@@ -63,6 +63,23 @@ if [ "$chosen" = 0 ]; then
 fi
 
 status=0
+# What each layer cost and how it ended, said last (CI shows the tail of this run's output).
+summary=()
+ran() {  # ran NAME STARTED RC: one line of the closing summary
+    local word=ok
+    [ "$3" = 0 ] || { word="FAILED (exit $3)"; status=1; }
+    summary+=("$1: $word, $(( SECONDS - $2 )) s")
+}
+started_backends=0 started_cinder=0 started_stack=0
+cleanup() {
+    local line
+    if [ "$started_stack" = 1 ]; then testhosts/debian13/run.sh down || true; fi
+    if [ "$started_cinder" = 1 ]; then ./scripts/test-cinder.sh down || true; fi
+    if [ "$started_backends" = 1 ]; then ./scripts/test-backends.sh down || true; fi
+    for line in "${summary[@]}"; do echo "test.sh: $line" >&2; done
+    echo "test.sh: the whole run took $SECONDS s, exit $status" >&2
+}
+trap cleanup EXIT
 # The layer's folders, unless the pytest arguments name tests of their own.
 args=("$@")
 layer() {
@@ -82,23 +99,23 @@ STACK_TESTS=(tests/host/test_hypervisor.py tests/host/test_races.py
 if [ "$hypervisor" = 1 ] || [ "$nova" = 1 ] || [ "$nested" = 1 ] || [ -n "$stack" ] \
         || [ ! -x .venv/bin/python ] \
         || [ pyproject.toml -nt .venv/.virtdriver-installed ]; then
-    ./scripts/setup-host.sh
+    t=$SECONDS rc=0
+    ./scripts/setup-host.sh || rc=$?
+    ran "host setup" "$t" "$rc"
+    [ "$rc" = 0 ] || exit 1
 fi
 
 if [ "$fast" = 1 ]; then
     # types and style, with the settings in pyproject.toml (a few seconds):
     # mypy --strict as pyproject.toml states it, ruff with the rules chosen there
-    .venv/bin/mypy || status=1
-    .venv/bin/ruff check virtdriver tests testhosts benchmarks || status=1
+    t=$SECONDS rc=0
+    .venv/bin/mypy || rc=$?
+    ran mypy "$t" "$rc"
+    t=$SECONDS rc=0
+    .venv/bin/ruff check virtdriver tests testhosts benchmarks || rc=$?
+    ran ruff "$t" "$rc"
 fi
 
-started_backends=0 started_cinder=0 started_stack=0
-cleanup() {
-    if [ "$started_stack" = 1 ]; then testhosts/debian13/run.sh down || true; fi
-    if [ "$started_cinder" = 1 ]; then ./scripts/test-cinder.sh down || true; fi
-    if [ "$started_backends" = 1 ]; then ./scripts/test-backends.sh down || true; fi
-}
-trap cleanup EXIT
 backends_up() {  # the storage test backends on 127.0.0.1, for this host and the second stack
     if [ "$started_backends" = 0 ] && ! ./scripts/test-backends.sh status >/dev/null 2>&1; then
         started_backends=1
@@ -116,39 +133,53 @@ if [ "$hypervisor" = 1 ]; then
     fi
     folders=(tests/host tests/inguest)
     [ "$fast" = 1 ] && folders=(tests/fast "${folders[@]}")  # one session: fast and host tests
-    .venv/bin/python -m pytest $(layer "${folders[@]}") "$@" || status=$?
+    t=$SECONDS rc=0
+    .venv/bin/python -m pytest $(layer "${folders[@]}") "$@" || rc=$?
+    ran "pytest ${folders[*]}" "$t" "$rc"
     # The benchmark report in its quick mode (about half a minute, into a temporary directory):
     # it must keep running; benchmarks/report.py without --quick makes the committed report.
-    quick=$(mktemp -d)
-    if ! .venv/bin/python benchmarks/report.py --quick --out "$quick" >"$quick/log" 2>&1; then
+    quick=$(mktemp -d) t=$SECONDS rc=0
+    .venv/bin/python benchmarks/report.py --quick --out "$quick" >"$quick/log" 2>&1 || rc=$?
+    if [ "$rc" != 0 ]; then
         echo "test.sh: benchmarks/report.py --quick failed:" >&2
         tail -20 "$quick/log" >&2
-        status=1
     fi
+    ran "benchmark report --quick" "$t" "$rc"
     rm -rf "$quick"
 elif [ "$fast" = 1 ]; then
     # both cores (pytest-xdist): the fast tests share no host state
-    .venv/bin/python -m pytest -q -n auto $(layer tests/fast) "$@" || status=$?
+    t=$SECONDS rc=0
+    .venv/bin/python -m pytest -q -n auto $(layer tests/fast) "$@" || rc=$?
+    ran "pytest tests/fast" "$t" "$rc"
 fi
 if [ -n "$stack" ]; then
     backends_up
-    started=$SECONDS
+    t=$SECONDS rc=0
     if ! testhosts/debian13/run.sh status >/dev/null 2>&1; then
         started_stack=1
-        testhosts/debian13/run.sh up || status=1
+        testhosts/debian13/run.sh up || rc=$?
     fi
+    ran "debian13 stack up" "$t" "$rc"
     in_stack() { testhosts/debian13/run.sh exec "$@"; }
     # Python 3.13's fast layer, then the host tests against libvirt 11 and QEMU 10
-    in_stack python -m pytest -q -n auto -p no:cacheprovider $(layer tests/fast) "$@" || status=1
-    in_stack python -m pytest -p no:cacheprovider $(layer "${STACK_TESTS[@]}") "$@" || status=1
-    echo "test.sh: the debian13 stack took $((SECONDS - started)) s" >&2
+    t=$SECONDS rc=0
+    in_stack python -m pytest -q -n auto -p no:cacheprovider $(layer tests/fast) "$@" || rc=$?
+    ran "debian13 tests/fast" "$t" "$rc"
+    t=$SECONDS rc=0
+    in_stack python -m pytest -p no:cacheprovider $(layer "${STACK_TESTS[@]}") "$@" || rc=$?
+    ran "debian13 host tests" "$t" "$rc"
 fi
 if [ "$nova" = 1 ]; then
-    ./scripts/nova-suite.sh || status=1
+    t=$SECONDS rc=0
+    ./scripts/nova-suite.sh || rc=$?
+    ran "nova suite" "$t" "$rc"
 fi
 if [ "$nested" = 1 ]; then
     # One VM at a time (2 cores): SELinux, then AppArmor; the image is built once for both.
-    ./scripts/test-nested.sh --lsm selinux || status=1
-    ./scripts/test-nested.sh --lsm apparmor || status=1
+    for lsm in selinux apparmor; do
+        t=$SECONDS rc=0
+        ./scripts/test-nested.sh --lsm "$lsm" || rc=$?
+        ran "nested $lsm" "$t" "$rc"
+    done
 fi
 exit $status
