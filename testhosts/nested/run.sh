@@ -4,11 +4,11 @@
 #   testhosts/nested/run.sh --lsm selinux|apparmor [--results DIR] [--timeout SECONDS] \
 #                           [--] [pytest args...]
 #
-# Builds or reuses the image (build-image.sh) and the wheelhouse (build-wheelhouse.sh), writes
-# the payload disk (a tar of the working tree, the wheelhouse and the run's settings), boots the
-# image under QEMU TCG with three disks (vda: the image, as a throw-away snapshot; vdb: the
-# payload; vdc: the results, a tar the guest writes), streams the serial console here with a
-# "[nested-LSM] " prefix, and unpacks the results into DIR (default build/nested/LSM).
+# Builds or reuses the image (build-image.sh) and the wheelhouse with the VM's venv
+# (build-wheelhouse.sh), writes the payload disk (a tar of the working tree and the run's
+# settings), boots the image under QEMU TCG with four disks (vda: the image, as a throw-away
+# snapshot; vdb: the payload; vdc: the results, a tar the guest writes; vdd: the venv,
+# read-only), streams the serial console here with a "[nested-LSM] " prefix, and unpacks the results into DIR (default build/nested/LSM).
 # Exit status: pytest's inside the VM; 124 on a timeout; 1 when the VM gave no results.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -64,7 +64,7 @@ t0=$SECONDS
 wheels=$("$here/build-wheelhouse.sh" "$repo")
 t_wheels=$((SECONDS - t0))
 
-# ---- the payload disk: project, wheelhouse, settings ---------------------------------------------
+# ---- the payload disk: project, settings ---------------------------------------------
 t0=$SECONDS
 run=$(mktemp -d /var/tmp/virtdriver-nested/run-XXXXXX)
 qemu_pid=""
@@ -89,8 +89,7 @@ mkdir -p "$run/stage/project"
 # QEMU capabilities a previous boot of this image probed (see guest-run.sh).
 caps_seed=()
 if [ -d "$image/qemu-caps" ]; then cp -r "$image/qemu-caps" "$run/stage/"; caps_seed=(qemu-caps); fi
-tar cf "$run/payload.tar" -C "$run/stage" nested.env project "${caps_seed[@]}" \
-    -C "$(dirname "$wheels")" --transform "s,^$(basename "$wheels"),wheels," "$(basename "$wheels")"
+tar cf "$run/payload.tar" -C "$run/stage" nested.env project "${caps_seed[@]}"
 truncate -s 256M "$run/results.raw"
 t_payload=$((SECONDS - t0))
 say "image $image ($t_image s), wheelhouse $wheels ($t_wheels s), payload $(du -h "$run/payload.tar" | cut -f1) ($t_payload s)"
@@ -113,6 +112,7 @@ timeout -k 10 "$timeout_s" \
         -drive "file=$image/rootfs.img,format=raw,if=virtio,snapshot=on" \
         -drive "file=$run/payload.tar,format=raw,if=virtio,readonly=on" \
         -drive "file=$run/results.raw,format=raw,if=virtio" \
+        -drive "file=$wheels/prebuilt/venv.img,format=raw,if=virtio,readonly=on" \
         </dev/null > >(sed -u "s/^/$tag /") 2>&1 &
 qemu_pid=$!
 wait "$qemu_pid"
