@@ -64,6 +64,9 @@ paxos_min_wait = 0.01
 keyring = $d/ceph.\$name.keyring
 
 [mon]
+# a public_bind_addr without ports would bind Ceph's default ones (3300, 6789), whatever the
+# monmap says: the mon binds the monmap's addresses, with our ports
+public_bind_addr =
 mon_data = $d/mon/\$cluster-\$id
 mon_initial_members = a
 mon_cluster_log_file = default=$d/log/\$cluster.\$channel.log cluster=$d/log/\$cluster.log
