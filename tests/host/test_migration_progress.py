@@ -29,6 +29,9 @@ def test_progress_reaches_the_caller_and_an_interrupt_aborts(guests, dest_guests
                                                              loop_device, monkeypatch) -> None:
     source, destination = drivers
     monkeypatch.setattr(jobwatch, "INTERVAL", 0.01)
+    # QEMU sends a zero page as a few bytes: at 1 MiB/s a 128 MiB OS-less guest moved in 2.6 s,
+    # and once CI's load held the first report back that long. 2 GiB of it takes 12 s.
+    guests.memory_mib = 2048
     a, b, info, vid = shared_volume(guests, source, loop_device.device)
     a.migrateSetMaxSpeed(1, 0)  # 1 MiB/s: still moving at the first report
     seen: list[tuple[int, int]] = []
