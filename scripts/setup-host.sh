@@ -21,8 +21,8 @@ if ((${#missing[@]})); then
     if [ "$(id -u)" != 0 ]; then log "need root to install: ${missing[*]}"; exit 1; fi
     log "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    apt-get -o DPkg::Lock::Timeout=600 update -qq
+    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 if [ "$(id -u)" = 0 ]; then

@@ -26,8 +26,8 @@ build_venv() {
     local missing=()
     for p in python3-rados python3-rbd; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
     if [ ${#missing[@]} -gt 0 ]; then
-        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1 ||
-            { apt-get update -qq >/dev/null 2>&1; apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; } ||
+        apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1 ||
+            { apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null 2>&1; apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; } ||
             { log "cannot install ${missing[*]}"; return 1; }
     fi
     rm -rf "$VENV.build"

@@ -26,26 +26,35 @@
 #                                     /var/tmp/virtdriver-debian13): tests/fast on 3.13, then the
 #                                     host tests in STACK_TESTS below and tests/inguest there,
 #                                     against this host's storage backends
+#   ./scripts/test.sh --openstack     a small real OpenStack on this host (testhosts/openstack:
+#                                     keystone, placement, nova 34 with virtdriver's compute driver
+#                                     on the host's libvirtd, glance, neutron, Cinder on a Ceph of
+#                                     its own; venv and databases cached under /var/tmp), then
+#                                     tests/openstack (nova's REST API at 2.60) and tempest's
+#                                     multiattach tests (testhosts/openstack/tempest/run.sh), then
+#                                     down again if this run brought it up
 #   ./scripts/test.sh --nested        tests/nested inside the nested test host, once with SELinux
 #                                     enforcing and once with AppArmor (scripts/test-nested.sh;
 #                                     image cached under /var/tmp/virtdriver-nested, about 15 min
 #                                     on a fresh machine: testhosts/README.md)
 #
 # Layer options combine (--fast --nova). Without one, everything runs: pytest over the fast and
-# the host tests in one session, then the debian13 stack, then nova, then nested;
-# VIRTDRIVER_SKIP_STACK=1, VIRTDRIVER_SKIP_NOVA=1 and VIRTDRIVER_SKIP_NESTED=1 leave those out
+# the host tests in one session, then the debian13 stack, then nova, then openstack, then nested;
+# VIRTDRIVER_SKIP_STACK=1, VIRTDRIVER_SKIP_NOVA=1, VIRTDRIVER_SKIP_OPENSTACK=1 and
+# VIRTDRIVER_SKIP_NESTED=1 leave those out
 # of the whole run (CI runs them). Arguments after the
 # options (or after --) go to pytest; those that name tests (tests/...) replace the folders.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
 
-fast=0 hypervisor=0 nova=0 nested=0 chosen=0 stack=""
+fast=0 hypervisor=0 nova=0 openstack=0 nested=0 chosen=0 stack=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --fast) fast=1 chosen=1 ;;
         --hypervisor) hypervisor=1 chosen=1 ;;
         --nova) nova=1 chosen=1 ;;
+        --openstack) openstack=1 chosen=1 ;;
         --nested) nested=1 chosen=1 ;;
         --stack)
             [ "${2:-}" = debian13 ] || { echo "test.sh: --stack takes debian13" >&2; exit 2; }
@@ -59,6 +68,7 @@ if [ "$chosen" = 0 ]; then
     fast=1 hypervisor=1
     [ "${VIRTDRIVER_SKIP_STACK:-0}" = 1 ] || stack=debian13
     [ "${VIRTDRIVER_SKIP_NOVA:-0}" = 1 ] || nova=1
+    [ "${VIRTDRIVER_SKIP_OPENSTACK:-0}" = 1 ] || openstack=1
     [ "${VIRTDRIVER_SKIP_NESTED:-0}" = 1 ] || nested=1
 fi
 
@@ -70,9 +80,10 @@ ran() {  # ran NAME STARTED RC: one line of the closing summary
     [ "$3" = 0 ] || { word="FAILED (exit $3)"; status=1; }
     summary+=("$1: $word, $(( SECONDS - $2 )) s")
 }
-started_backends=0 started_cinder=0 started_stack=0
+started_backends=0 started_cinder=0 started_stack=0 started_openstack=0
 cleanup() {
     local line
+    if [ "$started_openstack" = 1 ]; then ./scripts/test-openstack.sh down || true; fi
     if [ "$started_stack" = 1 ]; then testhosts/debian13/run.sh down || true; fi
     if [ "$started_cinder" = 1 ]; then ./scripts/test-cinder.sh down || true; fi
     if [ "$started_backends" = 1 ]; then ./scripts/test-backends.sh down || true; fi
@@ -96,7 +107,8 @@ STACK_TESTS=(tests/host/test_hypervisor.py tests/host/test_races.py
              tests/host/test_migration.py tests/host/test_doctor_audit.py tests/host/test_demo.py
              tests/host/test_readme_tour.py tests/host/test_connect_checks.py
              tests/host/test_cli.py tests/inguest)
-if [ "$hypervisor" = 1 ] || [ "$nova" = 1 ] || [ "$nested" = 1 ] || [ -n "$stack" ] \
+if [ "$hypervisor" = 1 ] || [ "$nova" = 1 ] || [ "$openstack" = 1 ] || [ "$nested" = 1 ] \
+        || [ -n "$stack" ] \
         || [ ! -x .venv/bin/python ] \
         || [ pyproject.toml -nt .venv/.virtdriver-installed ]; then
     t=$SECONDS rc=0
@@ -173,6 +185,31 @@ if [ "$nova" = 1 ]; then
     t=$SECONDS rc=0
     ./scripts/nova-suite.sh || rc=$?
     ran "nova suite" "$t" "$rc"
+fi
+if [ "$openstack" = 1 ]; then
+    # The control plane (cold: apt, venv, databases about 5 min; warm about 1.5 min), nova's REST
+    # API at 2.60 through it, tempest's multiattach tests; then down, before the nested VMs.
+    t=$SECONDS rc=0
+    if ! ./scripts/test-openstack.sh status >/dev/null 2>&1; then
+        started_openstack=1
+        ./scripts/test-openstack.sh up || rc=$?
+    fi
+    ran "openstack up" "$t" "$rc"
+    if [ "$rc" = 0 ]; then
+        t=$SECONDS rc=0
+        VD_OS_REQUIRED=1 .venv/bin/python -m pytest -p no:cacheprovider $(layer tests/openstack) \
+            "$@" || rc=$?
+        ran "openstack tests/openstack" "$t" "$rc"
+        t=$SECONDS rc=0
+        VD_TEMPEST_RESULTS=$here/build/openstack testhosts/openstack/tempest/run.sh || rc=$?
+        ran "openstack tempest" "$t" "$rc"
+    fi
+    if [ "$started_openstack" = 1 ]; then
+        t=$SECONDS rc=0
+        ./scripts/test-openstack.sh down || rc=$?
+        started_openstack=0
+        ran "openstack down" "$t" "$rc"
+    fi
 fi
 if [ "$nested" = 1 ]; then
     # One VM at a time (2 cores): SELinux, then AppArmor; the image is built once for both.

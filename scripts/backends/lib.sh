@@ -105,9 +105,9 @@ ensure_packages() {  # ensure_packages BACKEND...; QEMU's block drivers are need
     local t0; t0=$(now)
     log "installing: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >"$S/apt.log" 2>&1 || log "apt-get update failed (see $S/apt.log)"
-    if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >>"$S/apt.log" 2>&1; then
-        log "apt-get install failed (see $S/apt.log); backends whose packages are missing will fail"
+    apt-get -o DPkg::Lock::Timeout=600 update -qq >"$S/apt.log" 2>&1 || log "apt-get -o DPkg::Lock::Timeout=600 update failed (see $S/apt.log)"
+    if ! apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >>"$S/apt.log" 2>&1; then
+        log "apt-get -o DPkg::Lock::Timeout=600 install failed (see $S/apt.log); backends whose packages are missing will fail"
     fi
     log "packages done in $(since "$t0")s"
 }

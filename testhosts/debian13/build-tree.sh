@@ -108,8 +108,8 @@ fi
 command -v mmdebstrap >/dev/null || {
     log "installing mmdebstrap"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null
+    apt-get -o DPkg::Lock::Timeout=600 update -qq
+    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends mmdebstrap >/dev/null
 }
 
 work="$base/.build-$key.$$"

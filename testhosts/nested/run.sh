@@ -45,8 +45,8 @@ say() { printf '%s %s\n' "$tag" "$*"; }
 if ! command -v qemu-system-x86_64 >/dev/null; then
     say "installing qemu-system-x86"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends qemu-system-x86 >/dev/null
+    apt-get -o DPkg::Lock::Timeout=600 update -qq
+    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends qemu-system-x86 >/dev/null
 fi
 
 # One nested VM at a time on this machine (2 cores, shared): a second run waits here.

@@ -2,7 +2,7 @@
 
 ``compute_driver = virtdriver.nova.LibvirtDriver`` in ``nova.conf`` loads it: nova imports
 ``nova.virt.`` + that value, and virtdriver's wheel installs ``nova.virt.virtdriver.nova``, which
-names this class (``nova_namespace/`` in the source tree). Four places differ from nova's driver:
+names this class (``nova_namespace/`` in the source tree). Five places differ from nova's driver:
 
 - the volume driver for a ``driver_volume_type`` is the adapter of the class nova's table names
   (nova's own lookup otherwise: its table, its import, its cache); a type nova knows but
@@ -21,6 +21,10 @@ names this class (``nova_namespace/`` in the source tree). Four places differ fr
   deletes tear the connection down exactly once (nova's bug 2048837), instead of each keeping it
   for the other. A volume of a type virtdriver does not render (nova's own driver's disk) keeps
   nova's decision, as it keeps nova's driver;
+- a volume Cinder attached read-only is connected read-only: Cinder 29 sets an attachment's mode
+  from the volume's readonly flag read as an administrator, but the connection_info's
+  ``access_mode`` as the user who asked, which sees no flag and says ``rw`` (nova's own driver
+  then attaches it read-write); the attachment's mode wins when it is ``ro``;
 - a volume-extended event reaches a read-only attachment too: libvirt refuses to block-resize a
   read-only disk, so its QEMU node is opened anew at the new size instead
   (:func:`virtdriver.hypervisor.resize.resize_disk`, as ``virtdriver extend`` does).
@@ -32,7 +36,7 @@ import logging
 import threading
 from typing import Any
 
-from nova import exception
+from nova import exception, objects
 from nova.virt.libvirt import driver as nova_driver
 from nova.virt.libvirt.volume import fs
 from os_brick import exception as brick_exception
@@ -96,6 +100,37 @@ class LibvirtDriver(nova_driver.LibvirtDriver):
                     LOG.debug("volume driver %s is not supported on this host", driver_type)
                     raise exception.VolumeDriverNotSupported(volume_driver=path) from exc
             return self.volume_drivers[driver_type]
+
+    def _connect_volume(self, context, connection_info, instance,  # type: ignore[no-untyped-def]
+                        encryption=None):
+        # Every path that connects a volume (attach, boot, swap, migration) comes here first,
+        # and the <disk> is rendered from this same connection_info afterwards.
+        self._narrow_to_attachment_mode(context, connection_info, instance)
+        super()._connect_volume(context, connection_info, instance, encryption=encryption)
+
+    def _narrow_to_attachment_mode(self, context: Any, connection_info: dict[str, Any],
+                                   instance: Any) -> None:
+        """Make ``access_mode`` read-only when Cinder's attachment of the volume is."""
+        data = connection_info.get("data")
+        if not isinstance(data, dict) or data.get("access_mode") == "ro":
+            return
+        volume_id = connection_info.get("serial") or data.get("volume_id")
+        # Only connection_info that nova made from a Cinder attachment names the instance.
+        if not volume_id or connection_info.get("instance") != instance.uuid:
+            return
+        try:
+            bdm = objects.BlockDeviceMapping.get_by_volume_and_instance(context, volume_id,
+                                                                        instance.uuid)
+        except exception.VolumeBDMNotFound:
+            return  # not one of the instance's mappings yet (a swap's new volume)
+        if not bdm.attachment_id:
+            return  # attached by the old flow: the connection_info is all Cinder said
+        attachment = self._volume_api.attachment_get(context, bdm.attachment_id)
+        if attachment.get("attach_mode") == "ro":
+            LOG.warning("volume %s: Cinder's attachment %s is read-only, its connection_info "
+                        "says %s; attaching it read-only", volume_id, bdm.attachment_id,
+                        data.get("access_mode"))
+            data["access_mode"] = "ro"
 
     def _set_cache_mode(self, conf):  # type: ignore[no-untyped-def]
         # A volume virtdriver rendered keeps the cache (and io) its policy chose; nova applies
