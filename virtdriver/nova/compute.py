@@ -102,11 +102,12 @@ class LibvirtDriver(nova_driver.LibvirtDriver):
             return self.volume_drivers[driver_type]
 
     def _connect_volume(self, context, connection_info, instance,  # type: ignore[no-untyped-def]
-                        encryption=None):
+                        *args, **kwargs):
         # Every path that connects a volume (attach, boot, swap, migration) comes here first,
-        # and the <disk> is rendered from this same connection_info afterwards.
+        # and the <disk> is rendered from this same connection_info afterwards. nova's own
+        # arguments pass on as they came (its tests compare the calls).
         self._narrow_to_attachment_mode(context, connection_info, instance)
-        super()._connect_volume(context, connection_info, instance, encryption=encryption)
+        super()._connect_volume(context, connection_info, instance, *args, **kwargs)
 
     def _narrow_to_attachment_mode(self, context: Any, connection_info: dict[str, Any],
                                    instance: Any) -> None:
@@ -115,12 +116,12 @@ class LibvirtDriver(nova_driver.LibvirtDriver):
         if not isinstance(data, dict) or data.get("access_mode") == "ro":
             return
         volume_id = connection_info.get("serial") or data.get("volume_id")
+        uuid = getattr(instance, "uuid", None)
         # Only connection_info that nova made from a Cinder attachment names the instance.
-        if not volume_id or connection_info.get("instance") != instance.uuid:
+        if not volume_id or uuid is None or connection_info.get("instance") != uuid:
             return
         try:
-            bdm = objects.BlockDeviceMapping.get_by_volume_and_instance(context, volume_id,
-                                                                        instance.uuid)
+            bdm = objects.BlockDeviceMapping.get_by_volume_and_instance(context, volume_id, uuid)
         except exception.VolumeBDMNotFound:
             return  # not one of the instance's mappings yet (a swap's new volume)
         if not bdm.attachment_id:
