@@ -81,7 +81,7 @@ printf '%s\n' "$envtext" >"$ws/openstack.env"
     | tee "$run/gen_conf.txt" || { log "no tempest.conf (gen_conf.py)"; exit 2; }
 [ -s "$ws/etc/tempest.conf" ] || exit 2
 grep -q '^resize = true' "$ws/etc/tempest.conf" ||
-    log "warning: nova.conf has no allow_resize_to_same_host = True: tempest will skip the resize test (NEEDS.md, 1)"
+    log "warning: nova.conf has no allow_resize_to_same_host = True: tempest will skip the resize test"
 cp "$ws/etc/tempest.conf" "$ws/openstack.env" "$run/"
 rm -f "$ws/.stestr.conf"   # tempest writes it anew, naming this venv's tempest
 select_tests "$ws" "$ws/etc/tempest.conf" || exit 1
