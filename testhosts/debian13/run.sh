@@ -54,6 +54,13 @@ holder() {
     return 1
 }
 
+# serves PID: the stack runs this checkout, the same directory the host sees here (a checkout
+# removed and cloned anew at the same path is another directory: the stack still shows the old).
+serves() {
+    [ "$(cat "$st/project" 2>/dev/null)" = "$project" ] &&
+        [ "$(stat -c %d:%i "$project")" = "$(in_ns "$1" stat -c %d:%i "$project" 2>/dev/null)" ]
+}
+
 # in_ns PID CMD...: CMD in the stack's mount namespace, a clean environment, the tree's venv first.
 in_ns() {
     local pid=$1; shift
@@ -152,9 +159,12 @@ wait_socket() {  # wait_socket PID: libvirtd answers inside
 cmd_up() {
     local pid t0 tb tree
     if pid=$(holder); then
-        log "already up (holder $pid, root $(cat "$st/tree"))"
-        [ "$(cat "$st/project")" = "$project" ] || log "note: it serves $(cat "$st/project")"
-        return 0
+        if serves "$pid"; then
+            log "already up (holder $pid, root $(cat "$st/tree"))"
+            return 0
+        fi
+        log "up, but for another checkout ($(cat "$st/project" 2>/dev/null)): restarting it for $project"
+        cmd_down
     fi
     [ "$(id -u)" = 0 ] || { log "must run as root"; exit 1; }
     t0=$(now)
@@ -256,6 +266,7 @@ cmd_status() {
     local pid
     pid=$(holder) || { echo "debian13: down"; return 1; }
     echo "debian13: holder $pid, tree $(cat "$st/tree"), checkout $(cat "$st/project")"
+    serves "$pid" || { echo "debian13: not this checkout's ($project): run up"; return 1; }
     in_ns "$pid" virsh -q -c qemu:///system version || return 1
     in_ns "$pid" virsh -q -c qemu:///system list --all
 }
