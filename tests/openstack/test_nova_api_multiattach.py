@@ -13,8 +13,6 @@ nova-compute's log is the one ``env`` names (virtdriver's, unless ``up`` was tol
 from __future__ import annotations
 
 import os
-import shlex
-import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,7 +24,7 @@ import pytest
 import requests
 from lxml import etree
 
-from tests.support import ROOT
+from tests.support import ROOT, script_env
 
 pytestmark = pytest.mark.hypervisor
 
@@ -34,16 +32,6 @@ SCRIPT = ROOT / "scripts" / "test-openstack.sh"
 MICROVERSION = "2.60"  # the first with multiattach volumes
 TIMEOUT = 300  # seconds for a server to boot, shelve or go away, a volume to settle
 OLD_MICROVERSION = "Multiattach volumes are only supported starting with compute API version 2.60."
-
-
-def cloud_env() -> dict[str, str]:
-    done = subprocess.run([str(SCRIPT), "env"], capture_output=True, text=True, check=False)
-    env: dict[str, str] = {}
-    for line in done.stdout.splitlines():
-        if line.startswith("export ") and "=" in line:
-            key, _, value = line[len("export "):].partition("=")
-            env[key] = shlex.split(value)[0] if value else ""
-    return env
 
 
 def wait(what: str, check: Callable[[], Any], timeout: float = TIMEOUT) -> Any:
@@ -138,7 +126,7 @@ class Api:
 
 @pytest.fixture(scope="module")
 def cloud() -> dict[str, str]:
-    env = cloud_env()
+    env = script_env(SCRIPT)
     if env.get("VD_OS_UP") != "1":
         reason = "the small OpenStack is not up (scripts/test-openstack.sh up)"
         if os.environ.get("VD_OS_REQUIRED"):  # scripts/test.sh --openstack brought it up

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT
+from tests.support import ROOT, script_env
 from virtdriver.hypervisor import mounts
 
 SCRIPT = ROOT / "scripts" / "test-backends.sh"
@@ -25,13 +25,7 @@ SCRIPT = ROOT / "scripts" / "test-backends.sh"
 @pytest.fixture(scope="session")
 def backends() -> dict[str, str]:
     """The environment scripts/test-backends.sh describes (scripts/test.sh starts them)."""
-    done = subprocess.run([str(SCRIPT), "env"], capture_output=True, text=True, check=False)
-    env: dict[str, str] = {}
-    for line in done.stdout.splitlines():
-        if line.startswith("export ") and "=" in line:
-            key, _, value = line[len("export "):].partition("=")
-            env[key] = shlex.split(value)[0] if value else ""
-    return env
+    return script_env(SCRIPT)
 
 
 def need(backends: dict[str, str], name: str) -> None:
