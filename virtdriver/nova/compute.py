@@ -103,9 +103,10 @@ class LibvirtDriver(nova_driver.LibvirtDriver):
 
     def _connect_volume(self, context, connection_info, instance,  # type: ignore[no-untyped-def]
                         *args, **kwargs):
-        # Every path that connects a volume (attach, boot, swap, migration) comes here first,
-        # and the <disk> is rendered from this same connection_info afterwards. nova's own
-        # arguments pass on as they came (its tests compare the calls).
+        # Attach, boot and a migration's arrival connect here first, and the <disk> is rendered
+        # from this same connection_info afterwards (a swap's new volume has no mapping yet and
+        # keeps its connection_info's mode). nova's own arguments pass on as they came (its
+        # tests compare the calls).
         self._narrow_to_attachment_mode(context, connection_info, instance)
         super()._connect_volume(context, connection_info, instance, *args, **kwargs)
 
