@@ -66,6 +66,11 @@ DRIVER=${VD_OS_COMPUTE_DRIVER:-virtdriver.nova.LibvirtDriver}
 CEPH_DIR=$S/backends     # the second Ceph's state (VIRTDRIVER_BACKENDS_DIR of test-backends.sh)
 
 log() { printf 'test-openstack: %s\n' "$*" >&2; }
+# privsep_sections CONF SECTION...: each privsep context's helper is the venv's, reading CONF
+privsep_sections() {
+    local c
+    for c in "${@:2}"; do printf '[%s]\nhelper_command = %s --config-file %s\n' "$c" "$VENV/bin/privsep-helper" "$1"; done
+}
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
@@ -317,12 +322,7 @@ workers = 1
 virt_type = kvm
 connection_uri = qemu:///system
 cpu_mode = none
-[privsep]
-helper_command = $VENV/bin/privsep-helper --config-file $S/etc/nova/nova.conf
-[nova_sys_admin]
-helper_command = $VENV/bin/privsep-helper --config-file $S/etc/nova/nova.conf
-[privsep_osbrick]
-helper_command = $VENV/bin/privsep-helper --config-file $S/etc/nova/nova.conf
+$(privsep_sections "$S/etc/nova/nova.conf" privsep nova_sys_admin privsep_osbrick)
 [oslo_concurrency]
 lock_path = $S/locks
 [oslo_messaging_notifications]
@@ -368,10 +368,7 @@ periodic_interval = 10
 log_file = $S/log/cinder.log
 [database]
 connection = $(db cinder)
-[cinder_sys_admin]
-helper_command = $VENV/bin/privsep-helper --config-file $S/etc/cinder/cinder.conf
-[privsep_osbrick]
-helper_command = $VENV/bin/privsep-helper --config-file $S/etc/cinder/cinder.conf
+$(privsep_sections "$S/etc/cinder/cinder.conf" cinder_sys_admin privsep_osbrick)
 [oslo_concurrency]
 lock_path = $S/locks
 [coordination]
