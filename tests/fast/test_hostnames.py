@@ -91,7 +91,10 @@ _LABEL_CHARS = set(string.ascii_letters + string.digits + "-")
 def rfc1123(name: str) -> bool:
     """RFC 1123 host name, written apart from the code: labels of 1-63 letters, digits and
     hyphens, no hyphen at either end, joined by single dots, at most 253 characters; a last
-    label of digits only would make it a (bad) dotted-decimal address, not a name."""
+    label of digits only would make it a (bad) dotted-decimal address, not a name. One
+    trailing dot makes a name absolute (RFC 1034), which resolvers, libvirt and QEMU accept."""
+    if name.endswith(".") and name[:-1] and not name[:-1].replace(".", "").isdigit():
+        name = name[:-1]
     labels = name.split(".")
     return (0 < len(name) <= 253 and not labels[-1].isdigit()
             and all(0 < len(lb) <= 63 and set(lb) <= _LABEL_CHARS
@@ -123,8 +126,17 @@ def ip_literal(host: str) -> bool:
 
 
 def acceptable(host: str) -> bool:
+    """A name or IP literal: accepted whatever form libvirt's schema knows (an IPv6 address is
+    rendered in one it knows, checked by :func:`outcome`)."""
+    return rfc1123(host) or ip_literal(host)
+
+
+def same_host(rendered: str | None, host: str) -> bool:
+    """``rendered`` names ``host``: the same text, or the same IPv6 address."""
     bare = host[1:-1] if host.startswith("[") else host
-    return (rfc1123(host) or ip_literal(host)) and libvirt_schema_accepts(bare)
+    if rendered is None or ":" not in bare:
+        return rendered == bare
+    return ipaddress.IPv6Address(rendered) == ipaddress.IPv6Address(bare)
 
 
 # ---- generated hosts ------------------------------------------------------------------------
@@ -136,7 +148,8 @@ IPV4 = st.ip_addresses(v=4).map(str)
 IPV6 = st.ip_addresses(v=6).map(str)
 VALID = st.one_of(NAMES, IPV4, IPV6, IPV6.map(lambda a: f"[{a}]"))
 
-NEAR_MISSES = ["-", "...", ".", "a..b", "-a", "a-", ".a", "a.", "a.-b", "1.2.3", "256.1.1.1",
+NEAR_MISSES = ["-", "...", ".", "a..b", "-a", "a-", ".a", "a.", "a..", "1.2.3.4.",
+               "a.-b", "1.2.3", "256.1.1.1",
                "01.2.3.4", "1.2.3.4.5", "fe80::1%eth0", "[fe80::1%eth0]", "1::2::3", ":::",
                "[1.2.3.4]", "[]", "[::1", "x" * 64, ("a" * 60 + ".") * 4 + "abc", "a_b",
                "caf\u00e9", "a b", " a", "a\n", "", "1.2.3.4 ", "\u0661.2.3.4", "a\x00b"]
@@ -173,7 +186,7 @@ def test_every_rfc1123_name_and_ip_literal_is_accepted(protocol: str, host: str)
     kind, rendered = outcome(protocol, host)
     assert kind == "rendered", (host, rendered)
     if PROTOCOLS[protocol][2]:
-        assert rendered == (host[1:-1] if host.startswith("[") else host)  # rendered bare
+        assert same_host(rendered, host), (host, rendered)  # rendered bare
 
 
 @pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
@@ -196,6 +209,29 @@ def test_the_reported_hosts_are_refused_by_every_protocol(protocol: str, host: s
         build_disk(info, **options)
     assert refused.value.path == key
     assert str(refused.value).startswith(key + ": ") and "\n" not in str(refused.value)
+
+
+# RFC 4291's forms with an embedded IPv4 part that libvirt's ipv6Addr pattern does not know, and
+# absolute names (#45): each is accepted and rendered as a form libvirt's schema takes.
+LAST_INPUTS = [("2001:db8::1:192.0.2.1", "2001:db8::1:c000:201"),
+               ("1::2:3:1.2.3.4", "1::2:3:102:304"),
+               ("64:ff9b::192.0.2.33", "64:ff9b::192.0.2.33"),
+               ("[::ffff:192.0.2.1]", "::ffff:192.0.2.1"), ("0::0:1.2.3.4", "0::0:1.2.3.4"),
+               ("1:0:0:0:0:0:1.2.3.4", "1::102:304"),
+               ("ceph-mon.example.com.", "ceph-mon.example.com."),
+               ("node1.", "node1.")]
+
+
+@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
+@pytest.mark.parametrize(("host", "expected"), LAST_INPUTS)
+def test_rfc4291_addresses_and_absolute_names_are_accepted(protocol: str, host: str,
+                                                           expected: str) -> None:
+    kind, rendered = outcome(protocol, host)
+    assert kind == "rendered", (host, rendered)
+    if PROTOCOLS[protocol][2]:
+        assert same_host(rendered, host) and libvirt_schema_accepts(rendered or "")
+        assert rendered == expected or ipaddress.IPv6Address(rendered or "").exploded == \
+            ipaddress.IPv6Address(expected).exploded
 
 
 def test_a_host_that_is_not_a_string_is_refused_naming_the_key() -> None:

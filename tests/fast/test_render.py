@@ -258,6 +258,7 @@ def test_third_party_driver_through_the_cli(tmp_path) -> None:
 # (tests/host/test_render_oracle.py checks each rule against the real libvirt and QEMU)
 
 RBD = json.loads((FIXTURES / "connection_info" / "rbd.json").read_text())
+NFS = json.loads((FIXTURES / "connection_info" / "nfs.json").read_text())
 NBD = {"driver_volume_type": "nbd", "data": {"host": "192.0.2.5", "port": 10809}}
 SCSI = {"bus": "scsi", "target_dev": "sdb"}
 UUID = "0b4e3c52-7b3f-4c2c-9e6b-3f6a1d2e4c5f"
@@ -289,6 +290,13 @@ BURST = {"read_iops_sec": 10, "read_iops_sec_max": 10**6}
      "read_iops_sec_max_length: 1000000001 times read_iops_sec_max"),
     (with_data(LOCAL, qos_specs={"read_bytes_sec": 5, "size_iops_sec": 4096}), {},
      "size_iops_sec: needs an iops limit"),
+    # libvirt holds size_iops_sec to QEMU's limit too ("block I/O throttle limit must be no more
+    # than 1000000000000000 using QEMU", libvirt 9.0 at hot-plug), #45
+    (with_data(LOCAL, qos_specs={"read_iops_sec": 5, "size_iops_sec": 10**15 + 1}), {},
+     "size_iops_sec: 1000000000000001 is above QEMU's limit"),
+    # formats libvirt's schema does not name (#45): QEMU's parallels is libvirt's ploop
+    (with_data(NFS, format="vhdx"), {"mount_base": "/mnt/v"}, "'vhdx' is not a disk format"),
+    (with_data(NFS, format="parallels"), {"mount_base": "/mnt/v"}, "libvirt calls it 'ploop'"),
     (with_data(LOCAL, qos_specs={"total_iops_sec_max": 5, "size_iops_sec": 4096}), {},
      "total_iops_sec_max: needs total_iops_sec"),
     (with_data(RBD, secret_uuid="a5d0dd9457c4-ae55-ffe0-7e3732a24455"), {}, "secret_uuid"),
@@ -318,6 +326,8 @@ def test_what_libvirt_or_qemu_refuse_is_refused_first(info: dict, kwargs: dict,
                                  "read_iops_sec_max_length": 1}), {}),
     (with_data(LOCAL, qos_specs=dict(BURST, read_iops_sec_max_length=10**9)), {}),
     (with_data(LOCAL, qos_specs={"read_iops_sec": "20", "size_iops_sec": "4096"}), {}),
+    (with_data(LOCAL, qos_specs={"read_iops_sec": 5, "size_iops_sec": 10**15}), {}),
+    (with_data(NFS, format="ploop"), {"mount_base": "/mnt/v"}),
     (with_data(LOCAL, logical_block_size=512, physical_block_size=4096), {"bus": "ide",
                                                                           "target_dev": "hdb"}),
     (with_data(LOCAL, physical_block_size=4096), {}),

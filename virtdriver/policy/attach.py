@@ -183,10 +183,10 @@ def check_block_sizes(bus: str, logical: int | None, physical: int | None) -> No
 def check_throttle(values: Mapping[str, int], where: str) -> None:
     """Refuse ``<iotune>`` values libvirt or QEMU refuse (keys are libvirt's iotune names).
 
-    ``total_*`` with ``read_*``/``write_*`` of the same kind; a rate or burst above
-    :data:`THROTTLE_MAX`; a burst without its base rate or below it; a burst length without a
-    burst, or whose product with its burst exceeds :data:`THROTTLE_MAX`; ``size_iops_sec``
-    without an iops rate.
+    ``total_*`` with ``read_*``/``write_*`` of the same kind; any value above
+    :data:`THROTTLE_MAX` (``size_iops_sec`` too); a burst without its base rate or below it;
+    a burst length without a burst, or whose product with its burst exceeds
+    :data:`THROTTLE_MAX`; ``size_iops_sec`` without an iops rate.
     """
     for key, value in values.items():
         kind, _, rest = key.partition("_")  # "read", "iops_sec_max"
@@ -204,7 +204,7 @@ def check_throttle(values: Mapping[str, int], where: str) -> None:
                                             f"({values[burst]}) is above QEMU's limit "
                                             f"{THROTTLE_MAX}")
             continue
-        if key != "size_iops_sec" and value > THROTTLE_MAX:
+        if value > THROTTLE_MAX:  # size_iops_sec too: libvirt holds every value to QEMU's
             raise InvalidConnectionInfo(f"{where}.{key}", f"{value} is above QEMU's limit "
                                         f"{THROTTLE_MAX}")
         if key.endswith("_max"):

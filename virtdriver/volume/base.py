@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 from virtdriver.config import Source
 from virtdriver.errors import InvalidConnectionInfo, show
@@ -258,10 +258,17 @@ def split_portal(portal: str, where: str) -> tuple[str, int | None]:
     return host, port_number(port, where)
 
 
+#: The image formats both QEMU opens and libvirt's schema (``storageFormat``) names; libvirt
+#: calls QEMU's ``parallels`` ``ploop`` and knows no ``vhdx``.
+DISK_FORMATS: Final = ("raw", "qcow2", "vmdk", "vdi", "vpc", "qed", "ploop")
+
+
 def disk_format(data: Mapping[str, Any]) -> str:
     """``data.format`` (qcow2, raw, ...) or raw."""
     value = optional_str(data, "format") or "raw"
-    if value not in ("raw", "qcow2", "vmdk", "vdi", "vhdx", "vpc", "qed", "parallels", "ploop"):
+    if value not in DISK_FORMATS:
+        hint = " (libvirt calls it 'ploop')" if value == "parallels" else ""
         raise InvalidConnectionInfo(_where("format"),
-                                    f"{show(value)} is not a disk format QEMU opens")
+                                    f"{show(value)} is not a disk format libvirt and QEMU both "
+                                    f"open ({', '.join(DISK_FORMATS)}){hint}")
     return value

@@ -1,10 +1,12 @@
 """Host names and addresses in ``connection_info``: one rule for every protocol that takes a host.
 
 A host is an RFC 1123 host name (labels of letters, digits and inner hyphens, 1 to 63 characters
-each, dots only between labels, at most 253 characters, the last label not all digits) or an IP
-literal: IPv4 in dotted-quad form, IPv6 in a form libvirt's schema (``basictypes.rng``,
-``ipv6Addr``) accepts, bare or in brackets (``[2001:db8::5]``, as portals and URLs write it; it is
-rendered bare). A scope id (``fe80::1%eth0``) has no place in libvirt's schema and is refused.
+each, dots only between labels, at most 253 characters, the last label not all digits), absolute
+with one trailing dot or not, or an IP literal: IPv4 in dotted-quad form, IPv6 in any RFC 4291
+text form (an embedded IPv4 part included), bare or in brackets (``[2001:db8::5]``, as portals
+and URLs write it; it is rendered bare). An IPv6 form libvirt's schema (``basictypes.rng``,
+``ipv6Addr``) does not know is rendered as the same address in a form it does. A scope id
+(``fe80::1%eth0``) has no place in libvirt's schema and is refused.
 Everything else, ``-`` and ``...`` included, is refused with
 :class:`~virtdriver.errors.InvalidConnectionInfo` naming the key.
 
@@ -38,7 +40,7 @@ _IPV6 = re.compile("|".join([
 _IPV4 = re.compile(_V4)
 
 
-_NOT_IPV6 = "is not an IPv6 address in a form libvirt accepts (no scope id)"
+_NOT_IPV6 = "is not an IPv6 address (RFC 4291 text form, no scope id)"
 
 
 def host_problem(value: object) -> str | None:
@@ -53,8 +55,10 @@ def host_problem(value: object) -> str | None:
         return None if _ipv6(value) else _NOT_IPV6
     if len(value) > MAX_HOST_NAME:
         return f"is not a host name ({len(value)} characters; at most {MAX_HOST_NAME})"
-    labels = value.split(".")
-    if _IPV4_LIKE.fullmatch(value) or labels[-1].isdigit():
+    if _IPV4_LIKE.fullmatch(value):
+        return None if _ipv4(value) else "is not an IPv4 address"
+    labels = (value[:-1] if value.endswith(".") else value).split(".")  # absolute: one dot more
+    if labels[-1].isdigit():
         return None if _ipv4(value) else "is not an IPv4 address"
     if not all(_LABEL.fullmatch(label) for label in labels):
         return ("is not a host name (letters, digits and inner hyphens in labels of at most 63, "
@@ -68,7 +72,8 @@ def host_name(value: Any, where: str) -> str:
     problem = host_problem(value)
     if problem is not None:
         raise InvalidConnectionInfo(where, f"{show(value)} {problem}")
-    return value[1:-1] if value.startswith("[") else value
+    bare: str = value[1:-1] if value.startswith("[") else value
+    return _libvirt_form(bare) if ":" in bare else bare
 
 
 def split_host_port(text: str, where: str) -> tuple[str, str | None]:
@@ -90,7 +95,7 @@ def _ipv4(value: str) -> bool:
 
 
 def _ipv6(value: str) -> bool:
-    if "%" in value or not _IPV6.fullmatch(value):
+    if "%" in value:
         return False
     import ipaddress  # only for an IPv6 literal
 
@@ -99,3 +104,15 @@ def _ipv6(value: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _libvirt_form(address: str) -> str:
+    """``address`` as written when libvirt's schema knows its form, else the same address in
+    its shortest form that the schema knows (every address has one: the full eight groups)."""
+    if _IPV6.fullmatch(address):
+        return address
+    import ipaddress
+
+    parsed = ipaddress.IPv6Address(address)
+    compressed = parsed.compressed
+    return compressed if _IPV6.fullmatch(compressed) else parsed.exploded
