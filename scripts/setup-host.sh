@@ -9,10 +9,12 @@ cd "$here"
 log() { printf 'setup-host: %s\n' "$*" >&2; }
 
 # python3-venv, python3-dev and gcc: a bare Debian 13 has none of them, and pip compiles
-# libvirt-python against libvirt-dev
+# libvirt-python against libvirt-dev; util-linux's blkid reads what a shared volume holds, and
+# the filesystem guard's tests make ext4, xfs and gfs2 (e2fsprogs, xfsprogs, gfs2-utils)
 packages=(libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients
           qemu-system-x86 qemu-utils qemu-block-extra libvirt-dev pkg-config
-          libxml2-utils util-linux procps python3-venv python3-dev gcc)
+          libxml2-utils util-linux procps python3-venv python3-dev gcc
+          e2fsprogs xfsprogs gfs2-utils)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

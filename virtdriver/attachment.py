@@ -26,6 +26,8 @@ class Attachment:
     bus: str | None
     cache: str | None
     live: bool
+    error_policy: str | None = None  # libvirt's; None: QEMU's default (enospc)
+    rerror_policy: str | None = None  # None: as error_policy
 
     def to_api(self) -> dict[str, Any]:
         return asdict(self)
@@ -43,7 +45,9 @@ class Attachment:
                    shareable=disk.shareable, source=describe_source(disk),
                    server_name=use.domain_name, target_dev=disk.target.dev or "",
                    bus=disk.target.bus, cache=disk.driver.cache if disk.driver else None,
-                   live=use.live)
+                   live=use.live,
+                   error_policy=disk.driver.error_policy if disk.driver else None,
+                   rerror_policy=disk.driver.rerror_policy if disk.driver else None)
 
 
 def describe_source(disk: Disk) -> str:

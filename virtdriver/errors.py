@@ -192,6 +192,10 @@ class VolumeInUse(PolicyRefusal, AttachFailed):
     sharing."""
 
 
+class SharedWriteRefused(VolumeInUse):
+    """A second writer on a filesystem that is not built for shared block access."""
+
+
 class DetachFailed(HypervisorError):
     """The guest or libvirt refused the detach."""
 

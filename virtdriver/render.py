@@ -57,7 +57,8 @@ def build_disk(connection_info: Mapping[str, Any], *, attach_mode: str | None = 
                shared_image_label: str | None = None, native_iscsi: bool = False,
                native_glusterfs: bool = False, initiator_iqn: str | None = None,
                alias: str | None = None,
-               security_models: Sequence[str] | None = None) -> Disk:
+               security_models: Sequence[str] | None = None, cache: str | None = None,
+               error_policy: str | None = None, rerror_policy: str | None = None) -> Disk:
     """Render the ``<disk>`` for a volume.
 
     ``connection_info`` may have any shape :func:`virtdriver.shapes.normalize` accepts;
@@ -68,6 +69,8 @@ def build_disk(connection_info: Mapping[str, Any], *, attach_mode: str | None = 
     ``security_models``: the security drivers of the libvirt the disk is for (its capabilities'
     ``<secmodel>``s); per-disk labels are written only for those. ``None`` (the default, for a
     disk rendered without a host) writes them for every model the label policy concerns.
+    ``cache`` (``none`` or ``directsync``), ``error_policy`` and ``rerror_policy``: the
+    attachment's own (see :func:`virtdriver.policy.apply_policy`).
     """
     connection_info, attach_mode = normalize(connection_info, attach_mode)
     # Every message quotes input through errors.show(), bounded in depth and length.
@@ -122,7 +125,8 @@ def build_disk(connection_info: Mapping[str, Any], *, attach_mode: str | None = 
     return apply_policy(disk, attach_mode=mode, multiattach=multiattach,
                         host_attached=volume.host_attached, encrypted=encrypted,
                         label_policy=label_policy, shared_label=shared_image_label,
-                        security_models=_models(security_models))
+                        security_models=_models(security_models), cache=cache,
+                        error_policy=error_policy, rerror_policy=rerror_policy)
 
 
 def _models(models: object) -> tuple[str, ...] | None:

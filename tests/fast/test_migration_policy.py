@@ -139,6 +139,18 @@ def test_what_is_carried_over_is_the_leaving_disks(change) -> None:
     assert arriving.source == rendered.source  # the destination's own
 
 
+def test_an_attachments_error_policies_are_carried_over() -> None:
+    """What ``--error-policy``/``--rerror-policy`` chose at attach arrives as it left (#45)."""
+    from virtdriver.policy.carryover import broken_promises, carried_over
+
+    leaving = shared_disk(driver__cache="directsync", driver__error_policy="report",
+                          driver__rerror_policy="stop")
+    arriving = carried_over(leaving, shared_disk())  # the destination renders neither
+    assert arriving.driver is not None and broken_promises(leaving, arriving) == []
+    assert (arriving.driver.cache, arriving.driver.error_policy,
+            arriving.driver.rerror_policy) == ("directsync", "report", "stop")
+
+
 def test_a_directsync_shared_disk_is_carried_over_not_rendered_anew() -> None:
     from virtdriver.policy.carryover import carried_over
 

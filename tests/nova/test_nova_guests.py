@@ -225,3 +225,42 @@ def _decide_and_clean(compute: Any, ctx: Any, vol_driver: Any, vid: str, doms: l
             if dom.isActive():
                 dom.destroy()
             dom.undefine()
+
+
+@pytest.mark.parametrize(("cachemodes", "expected"), [
+    (["block=directsync"], "directsync"),  # a direct mode nova.conf names: honoured, shared too
+    (["block=writeback"], "none"),  # not a direct mode: the shared disk keeps none
+])
+def test_disk_cachemodes_direct_mode_reaches_the_shared_disk(nova_env: Any, cachemodes: list,
+                                                             expected: str) -> None:
+    """``[libvirt] disk_cachemodes`` for a volume's type, through nova's attach_volume (#45)."""
+    from nova import context as nova_context
+    from nova.virt import fake
+
+    from virtdriver.nova import LibvirtDriver
+    from virtdriver.nova.compute import local_users
+
+    nova_env.set_override("disk_cachemodes", cachemodes, group="libvirt")
+    compute = LibvirtDriver(fake.FakeVirtAPI(), False)  # reads disk_cachemodes when made
+    compute._host.initialize()
+    ctx = nova_context.get_admin_context()
+    conn = compute._host.get_connection()
+    plain = libvirt.open("qemu:///system")
+    vid = str(uuid.uuid4())
+    try:
+        with Guests(conn) as guests, LoopDevice(16 << 20) as loop:
+            inst = _instance(ctx, guests.start("nova-cache"))
+            info = {"driver_volume_type": "local", "serial": vid, "multiattach": True,
+                    "data": {"volume_id": vid, "device_path": loop.device, "access_mode": "rw"}}
+            compute.attach_volume(ctx, info, inst, "/dev/sdb", disk_bus="scsi",
+                                  device_type="disk")
+            disk = next(u.disk for u in local_users(conn, vid) if u.live)
+            assert disk.shareable and disk.driver.cache == expected
+            seen = block_info(plain.lookupByUUIDString(inst.uuid), f"ua-{vid}")
+            assert seen.direct  # QEMU opened it O_DIRECT either way
+            compute.detach_volume(ctx, info, inst, "/dev/sdb")
+            assert local_users(conn, vid) == []
+    finally:
+        nova_env.clear_override("disk_cachemodes", group="libvirt")
+        compute._host.cleanup()
+        plain.close()

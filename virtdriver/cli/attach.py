@@ -82,6 +82,14 @@ def driver_for(args: argparse.Namespace) -> Any:
                                   if getattr(args, "lock_timeout", None) else {}))
 
 
+def table_row(attachment: Any) -> dict[str, Any]:
+    """An attachment as a row of ``list``: the API's fields and its error policies in one."""
+    row: dict[str, Any] = attachment.to_api()
+    write, read = row["error_policy"], row["rerror_policy"]
+    row["errors"] = (write or "default") + (f", read {read}" if read and read != write else "")
+    return row
+
+
 def _print_table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> None:
     widths = [max([len(title)] + [len(str(r.get(key, ""))) for r in rows])
               for key, title in columns]
@@ -93,12 +101,35 @@ def _print_table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> 
 
 
 ATTACHMENT_COLUMNS = [("device", "Device"), ("volumeId", "Volume"), ("attach_mode", "Mode"),
-                      ("shareable", "Shareable"), ("cache", "Cache"), ("source", "Source")]
+                      ("shareable", "Shareable"), ("cache", "Cache"), ("errors", "Errors"),
+                      ("source", "Source")]
+
+
+def add_io_options(p: argparse.ArgumentParser, *, override: bool = True) -> None:
+    """The attachment's own cache and error policies, and (``override``) the shared-write
+    override."""
+    p.add_argument("--cache", choices=("none", "directsync"),
+                   help="host cache mode (default: none for a multiattach volume, else the "
+                        "protocol's)")
+    p.add_argument("--error-policy", choices=("stop", "report", "ignore", "enospace"),
+                   help="what the guest sees of a write error (default: libvirt's; report for "
+                        "--device lun)")
+    p.add_argument("--rerror-policy", choices=("stop", "report", "ignore"),
+                   help="what the guest sees of a read error (default: as --error-policy)")
+    if override:
+        p.add_argument("--allow-shared-write", action="store_true",
+                       help="let a second guest write a filesystem that is not a cluster one "
+                            "(ext4, xfs, ...); noted for 'virtdriver audit'")
+
+
+def io_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {"cache": args.cache, "error_policy": args.error_policy,
+            "rerror_policy": args.rerror_policy, "allow_shared_write": args.allow_shared_write}
 
 
 def _attach(args: argparse.Namespace) -> int:
     placement = dict(target_dev=args.target_dev, bus=args.bus, device=args.device,
-                     luks_secret_uuid=args.luks_secret_uuid)
+                     luks_secret_uuid=args.luks_secret_uuid, **io_options(args))
     if args.cinder is not None or args.volume is not None:
         if args.cinder is None or args.volume is None or args.connection_info is not None:
             raise UsageError("attach: give CONNECTION_INFO, or --cinder URL with --volume ID")
@@ -127,9 +158,10 @@ def _attach_many(args: argparse.Namespace) -> int:
     progress = Progress("attaching", steps=len(args.domains))
     attachments = driver_for(args).attach_volume_to_many(info, args.domains,
                                                       attach_mode=mode,
-                                                      progress=progress.step)
-    _print_table([dict(a.to_api(), guest=a.server_name) for a in attachments],
-                 [("guest", "Guest")] + ATTACHMENT_COLUMNS[:5])
+                                                      progress=progress.step,
+                                                      **io_options(args))
+    _print_table([dict(table_row(a), guest=a.server_name) for a in attachments],
+                 [("guest", "Guest")] + ATTACHMENT_COLUMNS[:6])
     say(f"{len(attachments)} guests attached, host side connected once")
     return 0
 
@@ -160,11 +192,11 @@ def _release(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    attachments = [a.to_api() for a in driver_for(args).list_attachments(args.domain)]
+    attachments = driver_for(args).list_attachments(args.domain)
     if args.json:
-        say(as_json({"volumeAttachments": attachments}))
+        say(as_json({"volumeAttachments": [a.to_api() for a in attachments]}))
     else:
-        _print_table(attachments, ATTACHMENT_COLUMNS)
+        _print_table([table_row(a) for a in attachments], ATTACHMENT_COLUMNS)
     return 0
 
 
@@ -206,6 +238,7 @@ def add_hypervisor_commands(sub: Any) -> None:
                    help="guest bus (default: scsi when the guest has a SCSI controller)")
     p.add_argument("--device", default="disk", choices=("disk", "lun"))
     p.add_argument("--luks-secret-uuid", metavar="UUID")
+    add_io_options(p)
     add_host_options(p)
     p.set_defaults(func=_attach)
 
@@ -220,6 +253,7 @@ def add_hypervisor_commands(sub: Any) -> None:
     p.add_argument("domains", metavar="DOMAIN", nargs="+", help="guest names or UUIDs")
     add_attach_mode(p)
     p.add_argument("--multiattach", action="store_true", help="the volume is multiattach")
+    add_io_options(p)
     add_host_options(p)
     p.set_defaults(func=_attach_many)
 

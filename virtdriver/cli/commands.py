@@ -24,6 +24,7 @@ from virtdriver.cli.attach import (
     add_attach_mode,
     add_host_options,
     add_hypervisor_commands,
+    add_io_options,
     unit_number,
 )
 from virtdriver.cli.migrate import add_migration_commands
@@ -64,7 +65,8 @@ def _render(args: argparse.Namespace) -> int:
             device=args.device, scsi_unit=args.scsi_unit, luks_secret_uuid=args.luks_secret_uuid,
             mount_base=args.mount_base, label_policy=args.label_policy,
             shared_image_label=args.shared_image_label, native_iscsi=args.native_iscsi,
-            native_glusterfs=args.native_glusterfs, security_models=models)
+            native_glusterfs=args.native_glusterfs, security_models=models, cache=args.cache,
+            error_policy=args.error_policy, rerror_policy=args.rerror_policy)
 
     disk = render()  # the input's own errors first, before libvirt is asked anything
     if args.label_policy != "auto":  # per-disk labels: for this host's drivers, as attach writes
@@ -115,6 +117,7 @@ def _add_render(sub: Any) -> None:
                    help="SCSI unit (drive address)")
     p.add_argument("--luks-secret-uuid", metavar="UUID",
                    help="libvirt secret holding the LUKS passphrase")
+    add_io_options(p, override=False)
     add_host_options(p, locks=False)
     p.set_defaults(func=_render)
 
@@ -223,6 +226,8 @@ def _quiet_logging() -> None:
         logging.getLogger("virtdriver.locks").setLevel(logging.WARNING)
         # So is an attach that falls back to one path (see driver.compute_host).
         logging.getLogger("virtdriver.paths").setLevel(logging.WARNING)
+        # And what a shared volume holds, beside a writer (see driver.attach).
+        logging.getLogger("virtdriver.sharing").setLevel(logging.WARNING)
 
 
 def exit_code(exc: VirtDriverError) -> int:

@@ -129,32 +129,41 @@ class LibvirtVolumeDriver:
     def attach_volume(self, connection_info: Mapping[str, Any], instance: str, *,
                       attach_mode: str | None = None, target_dev: str | None = None,
                       bus: str | None = None, device: str = "disk",
-                      luks_secret_uuid: str | None = None) -> Attachment:
+                      luks_secret_uuid: str | None = None, cache: str | None = None,
+                      error_policy: str | None = None, rerror_policy: str | None = None,
+                      allow_shared_write: bool = False) -> Attachment:
         """Connect the host side, render, and attach to the guest (live and persistent).
 
         Anything that fails is undone, the host connect included unless another local guest
         still uses the volume. ``connection_info`` may be any shape Cinder or nova sends
         (:func:`virtdriver.shapes.normalize`); ``attach_mode`` ``None`` is an attachment
-        record's own mode, else ``rw``.
+        record's own mode, else ``rw``. ``cache`` (``none``/``directsync``) and the error
+        policies are this attachment's; ``allow_shared_write`` lets a second guest write a
+        filesystem that is not a cluster one (:mod:`virtdriver.policy.filesystems`).
         """
         arguments.mapping(connection_info, "connection_info")
         check_instance(instance)
+        arguments.flag(allow_shared_write, "allow_shared_write")
         connection_info, attach_mode = normalize(connection_info, attach_mode)
-        placement = attach_steps.Placement(attach_mode, target_dev, bus,
-                                           device, luks_secret_uuid)
-        return attach_steps.attach(self.compute_host, connection_info, [instance], [placement])[0]
+        placement = attach_steps.Placement(attach_mode, target_dev, bus, device, luks_secret_uuid,
+                                           cache, error_policy, rerror_policy)
+        return attach_steps.attach(self.compute_host, connection_info, [instance], [placement],
+                                   allow_shared_write=allow_shared_write)[0]
 
     def attach_volume_to_many(self, connection_info: Mapping[str, Any],
                               instances: Sequence[str], *,
                               attach_mode: str | Mapping[str, str] | None = None,
                               progress: Callable[[str, Attachment | Exception], None]
-                              | None = None, max_parallel: int = 16) -> list[Attachment]:
+                              | None = None, max_parallel: int = 16, cache: str | None = None,
+                              error_policy: str | None = None, rerror_policy: str | None = None,
+                              allow_shared_write: bool = False) -> list[Attachment]:
         """Attach one multiattach volume to many guests: one host connect, parallel attaches.
 
         All or nothing: if any guest fails, the attachments already made are undone, the host
         side is released, and :class:`~virtdriver.errors.AttachFailed` names the guest that
         failed and why. ``attach_mode`` is one mode for all, or a mapping of instance to mode.
-        ``progress`` hears of each guest once the outcome of the whole call is known.
+        ``progress`` hears of each guest once the outcome of the whole call is known. ``cache``,
+        the error policies and ``allow_shared_write`` are as for :meth:`attach_volume`.
         """
         arguments.mapping(connection_info, "connection_info")
         instances = [check_instance(i, f"instances[{n}]")
@@ -171,9 +180,12 @@ class LibvirtVolumeDriver:
                 check_attach_mode(mode, f"attach_mode[{i}]" if isinstance(attach_mode, Mapping)
                                   else "attach_mode")
             modes[i] = normalize(connection_info, mode)[1]
-        placements = [attach_steps.Placement(modes[i]) for i in instances]
+        arguments.flag(allow_shared_write, "allow_shared_write")
+        placements = [attach_steps.Placement(modes[i], cache=cache, error_policy=error_policy,
+                                             rerror_policy=rerror_policy) for i in instances]
         return attach_steps.attach(self.compute_host, connection_info, instances, placements,
-                                   progress=progress, max_parallel=max_parallel)
+                                   progress=progress, max_parallel=max_parallel,
+                                   allow_shared_write=allow_shared_write)
 
     def detach_volume(self, instance: str, volume_id: str, *, timeout: float | None = None,
                       connection_info: Mapping[str, Any] | None = None) -> None:

@@ -10,6 +10,7 @@ connected, so the host ends as it was.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -37,14 +38,21 @@ from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.dataid import data_identity
 from virtdriver.hypervisor.domains import DiskUse, DomainsView, DomainXml, ListedDomain
 from virtdriver.hypervisor.locks import GuestFile, guest_lock
+from virtdriver.hypervisor.metadata import note_shared_write
 from virtdriver.hypervisor.mounts import check_guest_sees
+from virtdriver.hypervisor.signatures import UnreadableVolume, read_signatures
 from virtdriver.hypervisor.targets import bus_for, pick_target
 from virtdriver.hypervisor.volume_users import Wanted
 from virtdriver.policy import check_hotplug_bus
+from virtdriver.policy.attach import check_io_policies
+from virtdriver.policy.filesystems import check_writers, unshareable
 from virtdriver.policy.identity import alias_for
-from virtdriver.policy.sharing import refuse_attach, refuse_fan_out, users_of
+from virtdriver.policy.sharing import Use, refuse_attach, refuse_fan_out, users_of
 from virtdriver.render import build_disk
 from virtdriver.secrets import redact, secret_values
+
+SHARING_LOG = logging.getLogger("virtdriver.sharing")  # said on the CLI's terminal too
+LOG = logging.getLogger(__name__)
 
 Progress = Callable[[str, "Attachment | Exception"], None]
 
@@ -58,11 +66,16 @@ class Placement:
     bus: str | None = None
     device: str = "disk"
     luks_secret_uuid: str | None = None
+    cache: str | None = None  # none or directsync; default: the attach policy's
+    error_policy: str | None = None
+    rerror_policy: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("target_dev", "bus", "device", "luks_secret_uuid"):
+        for name in ("target_dev", "bus", "device", "luks_secret_uuid", "cache", "error_policy",
+                     "rerror_policy"):
             arguments.text(getattr(self, name), name, InvalidRenderOption,
                            optional=name != "device")
+        check_io_policies(self.cache, self.error_policy, self.rerror_policy)
 
 
 @dataclass(frozen=True)
@@ -84,8 +97,12 @@ class Target:
 
 def attach(host: ComputeHost, connection_info: Mapping[str, Any], instances: Sequence[str],
            placements: Sequence[Placement], *, progress: Progress | None = None,
-           max_parallel: int = 16) -> list[Attachment]:
-    """Attach one volume to every guest in ``instances`` (all or nothing)."""
+           max_parallel: int = 16, allow_shared_write: bool = False) -> list[Attachment]:
+    """Attach one volume to every guest in ``instances`` (all or nothing).
+
+    ``allow_shared_write`` lets a second guest write a filesystem that is not a cluster one
+    (:mod:`virtdriver.policy.filesystems`); the override is noted in the guests' metadata.
+    """
     request = VolumeRequest.parse(connection_info, host.options.render_options())
     refuse_fan_out(request.vid, request.multiattach, list(instances))
     host.check_label_policy()
@@ -103,11 +120,14 @@ def attach(host: ComputeHost, connection_info: Mapping[str, Any], instances: Seq
         record = host.check_record(request.vid, view)  # the view: read under the same lock
         attaching = False  # the connect's own typed errors (HostConnectFailed, ...) pass unchanged
         per_guest: list[Attachment | Exception] = []  # each guest's outcome, once one failed
+        aliases: dict[str, str] = {}  # guest uuid -> the alias its disk got
         try:
             host.connect(request, record)
+            overridden = _check_writers(request, targets, placements, used_before,
+                                        allow_shared_write)
             attaching = True
             results = _attach_all(host, request, targets, placements, view, max_parallel,
-                                  per_guest)
+                                  per_guest, aliases)
         except VirtDriverError as exc:
             host.drop_after_failure(request, used_before)
             _report_failure(progress, instances, per_guest or [exc] * len(instances))
@@ -118,10 +138,62 @@ def attach(host: ComputeHost, connection_info: Mapping[str, Any], instances: Seq
         except BaseException:
             host.drop_after_failure(request, used_before)
             raise
+    if overridden:
+        _note_overrides(targets, results, aliases, overridden)
     if progress:
         for name, attachment in zip(instances, results):
             progress(name, attachment)
     return results
+
+
+def _check_writers(request: VolumeRequest, targets: Sequence[Target],
+                   placements: Sequence[Placement], used_before: Sequence[Use],
+                   allow_shared_write: bool) -> str | None:
+    """Refuse a second writer of a filesystem that is not a cluster one; warn of a reader
+    beside one. Returns the filesystem a granted override lets several guests write."""
+    modes = {t.name: "ro" if request.mode == "ro" else p.mode
+             for t, p in zip(targets, placements)}
+    writers = sorted({u.guest for u in used_before if not u.readonly}
+                     | {name for name, mode in modes.items() if mode == "rw"})
+    readers = sorted(({u.guest for u in used_before} | set(modes)) - set(writers))
+    if not writers or len(writers) + len(readers) < 2:
+        return None
+    try:
+        source = request.driver.source(request.data, request.options).source
+    except VirtDriverError:
+        source = None
+    path = (source.dev or source.file) if source is not None else None
+    if path is None:
+        SHARING_LOG.warning("volume %s is shared with a writer, and what it holds is not "
+                            "checked: QEMU opens it over the network itself, which this host "
+                            "cannot read", request.vid)
+        return None
+    try:
+        filesystems = unshareable(read_signatures(path))
+    except UnreadableVolume as exc:
+        SHARING_LOG.warning("volume %s is shared with a writer, and what it holds could not be "
+                            "read at %s: %s", request.vid, path, exc)
+        return None
+    warning = check_writers(request.vid, filesystems, writers, readers, list(modes),
+                            allow_shared_write=allow_shared_write)
+    if warning:
+        SHARING_LOG.warning("%s", warning)
+    return " and ".join(filesystems) if warning and len(writers) > 1 else None
+
+
+def _note_overrides(targets: Sequence[Target], results: Sequence[Attachment],
+                    aliases: Mapping[str, str], filesystem: str) -> None:
+    """Note each new writer's override in its guest's metadata, for ``audit``."""
+    for target, attachment in zip(targets, results):
+        if attachment.attach_mode != "rw":
+            continue
+        listed = target.domain.listed
+        try:
+            note_shared_write(listed.dom, aliases[target.uuid], filesystem, live=listed.active,
+                              persistent=listed.persistent)
+        except libvirt.libvirtError as exc:
+            LOG.warning("guest %s: the --allow-shared-write override could not be noted in "
+                        "its metadata: %s", listed.name, libvirt_message(exc))
 
 
 def _read_host(host: ComputeHost, instances: Sequence[str],
@@ -163,10 +235,11 @@ def _find_listed(host: ComputeHost, listed: list[ListedDomain], instance: str) -
 
 def _attach_all(host: ComputeHost, request: VolumeRequest, targets: list[Target],
                 placements: Sequence[Placement], view: DomainsView, max_parallel: int,
-                per_guest: list[Attachment | Exception]) -> list[Attachment]:
+                per_guest: list[Attachment | Exception],
+                aliases: dict[str, str]) -> list[Attachment]:
     """Attach every guest in parallel; if one fails, undo them all and fill ``per_guest`` with
-    what became of each (its own failure, or :class:`AttachRolledBack`)."""
-    aliases: dict[str, str] = {}  # guest uuid -> the alias its disk got
+    what became of each (its own failure, or :class:`AttachRolledBack`). ``aliases`` is
+    filled with the alias each guest's disk got."""
     outcomes: list[Attachment | BaseException] = []
     if len(targets) == 1:  # in this thread: a pool's thread start and hand-overs cost ~1 ms
         try:
@@ -227,7 +300,8 @@ def _attach_guest(host: ComputeHost, request: VolumeRequest, target: Target, pla
             disk = build_disk(request.info, attach_mode=placement.mode, target_dev=dev, bus=bus,
                               device=placement.device, scsi_unit=unit,
                               luks_secret_uuid=placement.luks_secret_uuid, alias=alias,
-                              **host.render_kwargs())
+                              cache=placement.cache, error_policy=placement.error_policy,
+                              rerror_policy=placement.rerror_policy, **host.render_kwargs())
             data = data_identity(disk)
             # This guest's disks as read now (it may have been read again), the others' from the
             # host's read; each parsed only if it can hold the volume or its data.

@@ -35,7 +35,7 @@ from virtdriver.hypervisor.domains import source_token
 from virtdriver.hypervisor.metadata import set_note
 from virtdriver.policy.attach import label_policy_of
 from virtdriver.policy.identity import alias_for
-from virtdriver.policy.sharing import Use, refuse_attach, users_of
+from virtdriver.policy.sharing import DIRECT_CACHE_MODES, Use, refuse_attach, users_of
 from virtdriver.policy.swap import (
     refuse_mode_change,
     refuse_size,
@@ -137,7 +137,7 @@ def _swap_definition(dom: libvirt.virDomain, old_disk: Disk, new_disk: Disk) -> 
 
 
 def _render_like(host: ComputeHost, request: VolumeRequest, old: Disk, alias: str) -> Disk:
-    """The new volume's disk at the old disk's place, with the old attach mode and labels."""
+    """The new volume's disk at the old disk's place, with the old mode, labels and policies."""
     target = old.target
     unit = int(old.address.unit) if (old.address is not None and old.address.unit
                                      and old.address.type == "drive") else None
@@ -146,6 +146,10 @@ def _render_like(host: ComputeHost, request: VolumeRequest, old: Disk, alias: st
     kwargs.update(label_policy=policy, shared_image_label=label)
     if policy != "auto":
         kwargs["security_models"] = host.security_models()
+    driver = old.driver
+    if driver is not None:  # the cache and error policies it was attached with
+        kwargs.update(cache=driver.cache if driver.cache in DIRECT_CACHE_MODES else None,
+                      error_policy=driver.error_policy, rerror_policy=driver.rerror_policy)
     return build_disk(request.info, attach_mode="ro" if old.readonly else "rw",
                       target_dev=target.dev if target and target.dev else "sda",
                       bus=(target.bus if target else None) or "scsi",

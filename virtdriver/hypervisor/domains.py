@@ -16,7 +16,7 @@ import libvirt
 
 from virtdriver.config import Disk, DomainDisks
 from virtdriver.hypervisor.dataid import DataIdentity, data_identity
-from virtdriver.hypervisor.metadata import NS, parse_notes
+from virtdriver.hypervisor.metadata import NS, OVERRIDES_NS, parse_notes, parse_overrides
 from virtdriver.hypervisor.volume_users import Wanted, XmlFacts
 from virtdriver.policy.identity import names_guest, volume_of_alias
 from virtdriver.policy.sharing import Use
@@ -35,6 +35,7 @@ class DiskUse:
     live: bool  # read from the running guest (False: from the persistent definition)
     disk: Disk
     inherited_from: str | None = None  # the volume a swapped device now serves (metadata note)
+    shared_write: str | None = None  # the filesystem an override let it write beside others
 
     @property
     def device_alias(self) -> str | None:
@@ -214,6 +215,7 @@ def _read_xml(xml: str, wanted: Wanted | str | None) -> DomainDisks:
 
 def _uses(name: str, uuid: str, active: bool, live: bool, domain: DomainDisks) -> list[DiskUse]:
     notes = parse_notes(domain.metadata.get(NS))
+    overrides = parse_overrides(domain.metadata.get(OVERRIDES_NS))
     uses = []
     for disk in domain.disks:
         own = disk.alias.name if disk.alias is not None else None
@@ -221,7 +223,8 @@ def _uses(name: str, uuid: str, active: bool, live: bool, domain: DomainDisks) -
         inherited = None
         if note is not None and note[1] == source_token(disk):
             inherited = note[0]
-        uses.append(DiskUse(name, uuid, active, live, disk, inherited))
+        uses.append(DiskUse(name, uuid, active, live, disk, inherited,
+                            overrides.get(own or "") if not disk.readonly else None))
     return uses
 
 

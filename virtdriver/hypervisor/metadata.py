@@ -1,8 +1,11 @@
-"""virtdriver's own notes in a domain's ``<metadata>``: attachments whose alias was inherited.
+"""virtdriver's own notes in a domain's ``<metadata>``: inherited aliases, and overrides.
 
 A live block copy (swap) keeps the guest device — and so its alias ``ua-<old volume>`` — while
 the data now comes from the new volume. The note maps that alias to the new volume id, for the
 disk with the new source only, so that a later attach of the old volume is never mistaken for it.
+
+An attach made with ``--allow-shared-write`` (a second writer of a filesystem that is not a
+cluster one) is noted under its alias with the filesystem, so that ``audit`` can say who chose it.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from lxml import etree
 
 NS = "https://virtdriver.dev/xmlns/attachments/1"
 PREFIX = "virtdriver"
+OVERRIDES_NS = "https://virtdriver.dev/xmlns/overrides/1"
+OVERRIDES_PREFIX = "virtdriver-overrides"
 
 
 def parse_notes(raw: str | None) -> dict[str, tuple[str, str]]:
@@ -64,3 +69,31 @@ def set_note(dom: libvirt.virDomain, alias: str, volume: str | None, source: str
         else:
             notes[alias] = (volume, source)
         write_notes(dom, notes, flag)
+
+
+def parse_overrides(raw: str | None) -> dict[str, str]:
+    """``{alias: filesystem}`` of the shared writes allowed by an override."""
+    if not raw:
+        return {}
+    root = etree.fromstring(raw)
+    return {node.get("alias", ""): node.get("filesystem", "") for node in root
+            if etree.QName(node).localname == "shared-write"}
+
+
+def note_shared_write(dom: libvirt.virDomain, alias: str, filesystem: str, *, live: bool,
+                      persistent: bool) -> None:
+    """Note that the disk ``alias`` writes ``filesystem`` beside others by an override."""
+    for wanted, flag in ((live, libvirt.VIR_DOMAIN_AFFECT_LIVE),
+                         (persistent, libvirt.VIR_DOMAIN_AFFECT_CONFIG)):
+        if not wanted:
+            continue
+        try:
+            notes = parse_overrides(dom.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT,
+                                                 OVERRIDES_NS, flag))
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN_METADATA:
+                raise
+            notes = {}
+        notes[alias] = filesystem
+        write_element(dom, "overrides", OVERRIDES_NS, OVERRIDES_PREFIX, flag, [
+            ("shared-write", {"alias": a, "filesystem": f}) for a, f in sorted(notes.items())])

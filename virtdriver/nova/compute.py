@@ -10,8 +10,10 @@ names this class (``nova_namespace/`` in the source tree). Five places differ fr
   into its table) keeps nova's own driver, logged once at INFO;
 - a volume's ``<disk>`` keeps the cache mode virtdriver's policy chose (nova applies
   ``[libvirt] disk_cachemodes`` on top, to hot-plugged volumes and to every disk of a guest it
-  boots, and may switch ``io`` from ``native`` to ``threads``): ``_set_cache_mode`` leaves a
-  :class:`~virtdriver.nova.convert.RenderedDisk` alone;
+  boots, and may switch ``io`` from ``native`` to ``threads``): ``_set_cache_mode`` changes a
+  :class:`~virtdriver.nova.convert.RenderedDisk` only to a direct mode (``none``,
+  ``directsync``) that ``disk_cachemodes`` names for its type, shared disks included (nova's
+  own driver gives a shared disk ``none`` whatever it names);
 - whether the host connection of a multiattach volume may be torn down after a detach is
   answered from libvirt's live state, one decision per volume at a time: it is kept while any
   other guest on this host still has a disk carrying the volume's alias (``ua-`` and the encoded
@@ -48,6 +50,7 @@ from virtdriver.hypervisor.domains import DiskUse, DomainState, host_state
 from virtdriver.hypervisor.resize import resize_disk
 from virtdriver.nova.adapters import NOVA_DRIVER_CLASSES, VirtdriverRendering
 from virtdriver.nova.convert import RenderedDisk
+from virtdriver.policy.sharing import DIRECT_CACHE_MODES
 
 LOG = logging.getLogger(__name__)
 
@@ -137,7 +140,12 @@ class LibvirtDriver(nova_driver.LibvirtDriver):
     def _set_cache_mode(self, conf):  # type: ignore[no-untyped-def]
         # A volume virtdriver rendered keeps the cache (and io) its policy chose; nova applies
         # [libvirt] disk_cachemodes here, at attach and again to every disk of a guest it boots.
+        # A direct mode named for the disk's type is honoured, shared disks included: directsync
+        # bypasses the host's page cache as none does, and also writes through the disk's cache.
         if isinstance(conf, RenderedDisk):
+            mode = self.disk_cachemodes.get(conf.source_type)
+            if mode in DIRECT_CACHE_MODES:
+                conf.driver_cache = mode
             return
         super()._set_cache_mode(conf)
 

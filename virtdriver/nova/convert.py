@@ -4,9 +4,10 @@ nova's ``LibvirtConfigGuestDisk`` is what nova's compute driver hands to libvirt
 compares (swap, detach) and stores. We fill its attributes from the ``Disk`` virtdriver rendered,
 never by parsing XML (nova's parser drops ``device``, ``<auth>`` and ``<iotune>``). The few things
 nova's object has no attribute for -- per-disk ``<seclabel>`` (label policy), the initiator IQN of
-a QEMU-native iSCSI source, ``<host>`` transport/socket, ``<source>``-level ``<auth>`` -- are kept
-by :class:`RenderedDisk`, a subclass that adds them when formatting. ``.rendered`` keeps the
-``Disk`` itself, so ``to_xml()`` never loses a field we rendered.
+a QEMU-native iSCSI source, ``<host>`` transport/socket, ``<source>``-level ``<auth>``, the
+``<driver>``'s error policies -- are kept by :class:`RenderedDisk`, a subclass that adds them when
+formatting. ``.rendered`` keeps the ``Disk`` itself, so ``to_xml()`` never loses a field we
+rendered.
 """
 
 from __future__ import annotations
@@ -34,9 +35,14 @@ class RenderedDisk(vconfig.LibvirtConfigGuestDisk):
         self.source_extra: list[etree._Element] = []   # seclabels, initiator, source auth
         self.iotune_extra: dict[str, str] = {}          # burst lengths, group name
         self.host_extra: list[dict[str, str]] = []      # transport/socket per <host>
+        self.driver_extra: dict[str, str] = {}          # error_policy, rerror_policy
 
     def format_dom(self) -> etree._Element:
         dev = super().format_dom()
+        driver = dev.find("driver")
+        if driver is not None:
+            for key, value in self.driver_extra.items():
+                driver.set(key, value)
         source = dev.find("source")
         if source is not None:
             for index, extra in enumerate(self.host_extra):
@@ -127,6 +133,8 @@ def _driver(conf: RenderedDisk, disk: Disk) -> None:
     conf.driver_cache = drv.cache
     conf.driver_io = drv.io
     conf.driver_discard = drv.discard
+    conf.driver_extra = {k: v for k, v in (("error_policy", drv.error_policy),
+                                           ("rerror_policy", drv.rerror_policy)) if v}
 
 
 def _source(conf: RenderedDisk, disk: Disk) -> None:

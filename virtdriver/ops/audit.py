@@ -23,7 +23,10 @@ Dangers:
   open the volume for writing (libvirt's hot-plug rule; see
   :mod:`virtdriver.hypervisor.apparmor`);
 - ``fence``: two guests pass SCSI reservations (``device='lun'``) to the volume under one
-  initiator identity, so a reservation by one does not fence the other.
+  initiator identity, so a reservation by one does not fence the other;
+- ``filesystem``: several guests write the volume, and it holds a filesystem that is not a
+  cluster one (read on this host with blkid), whether they got there by
+  ``--allow-shared-write`` (said) or behind virtdriver's back.
 
 Each ``device='lun'`` attachment also says how its guest's reservations reach the target and as
 which initiator (``reservations``; see :mod:`virtdriver.policy.reservations`): libvirt exposes
@@ -48,12 +51,14 @@ from virtdriver.hypervisor.connection import libvirt_message, security_models
 from virtdriver.hypervisor.domains import DiskUse, DomainState, host_state, labels_of
 from virtdriver.hypervisor.hostconn import HostConnections
 from virtdriver.hypervisor.seclabels import foreign_labels
+from virtdriver.hypervisor.signatures import UnreadableVolume, read_signatures
+from virtdriver.policy.filesystems import OVERRIDE, unshareable
 from virtdriver.policy.migration import still_arriving
 from virtdriver.policy.reservations import fence_message, reservation_route, shared_identities
 from virtdriver.policy.sharing import Danger, Use, dangers
 
 DANGER_KINDS: Final = ("unshared", "cache", "format", "labels", "identity", "leak", "record",
-                       "startup", "profile", "cinder", "fence")
+                       "startup", "profile", "cinder", "fence", "filesystem")
 
 
 @dataclass(frozen=True)
@@ -240,8 +245,29 @@ def _audit_group(group: list[DiskUse], recorded: list[str]) -> VolumeAudit:
     volume = ", ".join(ids) or "-"
     sources = sorted({a.source for a in attachments if a.source})
     return VolumeAudit(volume, ", ".join(sources), attachments,
-                       dangers([u.as_use() for u in group]) + _fence_dangers(group),
-                       any(v in recorded for v in ids))
+                       dangers([u.as_use() for u in group]) + _fence_dangers(group)
+                       + _filesystem_dangers(group), any(v in recorded for v in ids))
+
+
+def _filesystem_dangers(group: list[DiskUse]) -> list[Danger]:
+    """Several guests write data that holds a filesystem not built for it (read with blkid)."""
+    writers = sorted({u.domain_name for u in group if not u.disk.readonly})
+    paths = sorted({p for u in group if u.disk.source is not None
+                    and (p := u.disk.source.dev or u.disk.source.file)})
+    if len(writers) < 2 or not paths:
+        return []
+    try:
+        filesystems = unshareable(read_signatures(paths[0]))
+    except UnreadableVolume:
+        return []
+    if not filesystems:
+        return []
+    chosen = sorted({f"{u.domain_name}" for u in group if u.shared_write})
+    how = (f" ({', '.join(chosen)} by {OVERRIDE})" if chosen
+           else " (not by virtdriver's override)")
+    return [Danger("filesystem", (
+        f"written by {', '.join(writers)}{how}, but it holds {' and '.join(filesystems)}, which "
+        "is not a cluster filesystem: each guest's journal overwrites the others'"))]
 
 
 def _fence_dangers(group: list[DiskUse]) -> list[Danger]:

@@ -5,6 +5,7 @@
 - :mod:`~virtdriver.policy.sharing` — the host: who may share a volume's data (a second user of a
   non-multiattach volume, the same data under another id, fan-out), and the dangers ``audit``
   reports;
+- :mod:`~virtdriver.policy.filesystems` — a second writer only on a cluster filesystem;
 - :mod:`~virtdriver.policy.swap` — what a swap may do: never copy over data a guest uses, never
   widen read-only, never from a volume others write, only between equal sizes;
 - :mod:`~virtdriver.policy.identity` — what a volume id may be and how it is carried in a

@@ -9,6 +9,10 @@ Protocol drivers say where a volume is; this module says how it may be used:
   ``<shareable/>`` with ``cache='none'`` — QEMU's image locking refuses a second opener otherwise,
   and a host page cache per guest would serve stale data. ``io='native'`` is kept only with cache
   ``none``/``directsync``; otherwise ``threads``.
+- **Cache and error policies.** An attachment may ask for ``cache='directsync'`` instead (both
+  bypass the host page cache; directsync also writes through the disk's cache) and for libvirt's
+  ``error_policy``/``rerror_policy``; ``device='lun'`` gets ``error_policy='report'`` unless
+  asked otherwise, so that a clustered guest sees an I/O error instead of being paused.
 - **Refusals.** A shareable read-write disk in a format other than raw (libvirt allows shared
   writes to raw images only); encryption together with multiattach (the LUKS layer is not safe to
   share); ``<shareable/>`` on a volume not flagged multiattach; an attach mode on a disk that is
@@ -50,6 +54,8 @@ from virtdriver.errors import (
 from virtdriver.policy.sharing import DIRECT_CACHE_MODES
 
 ATTACH_MODES: Final = ("ro", "rw")
+ERROR_POLICIES: Final = ("stop", "report", "ignore", "enospace")  # libvirt's error_policy
+READ_ERROR_POLICIES: Final = ("stop", "report", "ignore")  # libvirt's rerror_policy
 LABEL_POLICIES: Final = ("auto", "explicit", "none")
 LUN_PROTOCOLS: Final = ("iscsi",)  # network sources libvirt passes SCSI commands through to
 NO_READONLY_BUSES: Final = ("ide", "sata")  # libvirt: "readonly ide disks are not supported"
@@ -242,17 +248,35 @@ def _check_device(disk: Disk, encrypted: bool) -> None:
         source.reservations = Reservations(managed="yes")
 
 
+def check_io_policies(cache: object, error_policy: object, rerror_policy: object) -> None:
+    """An attachment's own cache and error policies: the direct modes, libvirt's policies."""
+    if cache is not None and cache not in DIRECT_CACHE_MODES:
+        raise InvalidRenderOption(f"cache: {show(cache)} is not one of "
+                                  f"{', '.join(DIRECT_CACHE_MODES)} (the host page cache would "
+                                  "serve a shared disk's readers stale data)")
+    if error_policy is not None and error_policy not in ERROR_POLICIES:
+        raise InvalidRenderOption(f"error_policy: {show(error_policy)} is not one of "
+                                  f"{', '.join(ERROR_POLICIES)}")
+    if rerror_policy is not None and rerror_policy not in READ_ERROR_POLICIES:
+        raise InvalidRenderOption(f"rerror_policy: {show(rerror_policy)} is not one of "
+                                  f"{', '.join(READ_ERROR_POLICIES)}")
+
+
 def apply_policy(disk: Disk, *, attach_mode: str, multiattach: bool, host_attached: bool,
                  encrypted: bool = False, label_policy: str = "auto",
                  shared_label: str | None = None,
-                 security_models: Sequence[str] | None = None) -> Disk:
+                 security_models: Sequence[str] | None = None, cache: str | None = None,
+                 error_policy: str | None = None, rerror_policy: str | None = None) -> Disk:
     """Apply attach mode, sharing, cache/io, labels and refusals to ``disk`` (in place).
 
     ``disk`` comes from a volume driver (source, format and its default cache/io). Returns it.
     ``security_models`` are the host libvirt's security drivers (``None``: not known; per-disk
-    labels are then written for every model the label policy concerns).
+    labels are then written for every model the label policy concerns). ``cache`` (``none`` or
+    ``directsync``) and the error policies are the attachment's own; ``device='lun'`` reports
+    errors to its guest unless told otherwise, as clustered applications expect.
     """
     check_attach_mode(attach_mode)
+    check_io_policies(cache, error_policy, rerror_policy)
     if label_policy not in LABEL_POLICIES:
         raise InvalidRenderOption(f"label_policy {show(label_policy)} is not one of "
                                f"{', '.join(LABEL_POLICIES)}")
@@ -273,6 +297,12 @@ def apply_policy(disk: Disk, *, attach_mode: str, multiattach: bool, host_attach
         disk.shareable = True
         if driver is not None:
             driver.cache = "none"
+    if driver is not None:
+        driver.cache = cache or driver.cache
+        if disk.device == "lun" and error_policy is None:
+            error_policy = "report"  # a clustered guest handles its errors; a pause fences it
+        driver.error_policy = error_policy
+        driver.rerror_policy = rerror_policy
     _check_device(disk, encrypted)
     disk.readonly = attach_mode == "ro"
     bus = disk.target.bus if disk.target is not None else None
