@@ -33,6 +33,7 @@ from virtdriver.hypervisor.domains import (
     read_domains,
 )
 from virtdriver.hypervisor.locks import locks
+from virtdriver.hypervisor.sharedread import SharedRead
 from virtdriver.hypervisor.volume_users import VERBATIM_TEXT
 from virtdriver.policy.sharing import Use, still_used
 
@@ -52,6 +53,7 @@ class ComputeHost:
         self.options = options
         self.connection = Connection(uri)
         self._records: HostConnections | None = None
+        self._host_read = SharedRead(self.view)
 
     @property
     def records(self) -> HostConnections:
@@ -141,6 +143,11 @@ class ComputeHost:
             return view
         uses, records = self._arriving(view.present())
         return DomainsView(domains, uses, records)
+
+    def shared_view(self) -> DomainsView:
+        """:meth:`view` of every guest, read after this call began; concurrent callers (an
+        attach storm) share one read (see :mod:`virtdriver.hypervisor.sharedread`)."""
+        return self._host_read.get()
 
     def states(self, mentioning: str | None = None) -> list[DomainState]:
         """Every guest on this host, parsed (see :meth:`DomainXml.state` for ``mentioning``)."""
