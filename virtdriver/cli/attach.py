@@ -184,6 +184,16 @@ def _connector(args: argparse.Namespace) -> int:
 
 
 def _release(args: argparse.Namespace) -> int:
+    if args.orphans == (args.volume_id is not None):
+        raise UsageError("release: give VOLUME_ID, or --orphans")
+    if args.orphans:
+        outcome = driver_for(args).release_orphans()
+        for what, kept in outcome:
+            say(f"{what}: " + (f"kept, {kept}" if kept else "released"))
+        released = sum(kept is None for _, kept in outcome)
+        say(f"{released} orphaned host connection{'s' if released != 1 else ''} released"
+            + (f", {len(outcome) - released} kept" if len(outcome) > released else ""))
+        return 0
     if driver_for(args).release_volume(args.volume_id):
         say(f"Host connection of volume {args.volume_id} released")
     else:
@@ -288,9 +298,18 @@ def add_hypervisor_commands(sub: Any) -> None:
         description="Release the host side recorded for a volume (os-brick connection, libvirt "
                     "secrets, share mount) when no guest on this host uses the volume any more, "
                     "e.g. after a guest disappeared behind virtdriver's back ('virtdriver audit' "
-                    "reports such a leak). Refused while any guest uses the volume.",
-        epilog="example:\n  virtdriver release 4f1c2b7e-9d1a-4c55-8e0b-2f3a4b5c6d7e")
-    p.add_argument("volume_id", metavar="VOLUME_ID")
+                    "reports such a leak). Refused while any guest uses the volume. With "
+                    "--orphans: remove the host connections that no record and no guest "
+                    "accounts for (iSCSI sessions, NVMe-oF controllers, mapped RBD images, "
+                    "mounts in the mount base; 'orphan' in 'virtdriver audit'), each unless a "
+                    "holder, a mount or an open device keeps it.",
+        epilog="examples:\n  virtdriver release 4f1c2b7e-9d1a-4c55-8e0b-2f3a4b5c6d7e\n"
+               "  virtdriver release --orphans")
+    p.add_argument("volume_id", metavar="VOLUME_ID", nargs="?")
+    p.add_argument("--orphans", action="store_true",
+                   help="remove unaccounted host connections instead of one volume's")
+    p.add_argument("--mount-base", metavar="DIR",
+                   help="where shares are mounted (default: STATE_DIR/mnt)")
     add_lock_timeout(p)
     p.set_defaults(func=_release)
 

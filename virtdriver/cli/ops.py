@@ -40,7 +40,7 @@ def _audit(args: argparse.Namespace) -> int:
 
     connection = Connection(args.connect)
     try:
-        report = audit_host(connection.get(), args.state_dir)
+        report = audit_host(connection.get(), args.state_dir, args.mount_base)
         if args.cinder:
             from virtdriver.cinder.audit import add_cinder_dangers
             from virtdriver.cinder.client import Cinder
@@ -125,7 +125,9 @@ def add_operator_commands(sub: Any) -> None:
                     "shareable, cache, format and per-disk labels. Dangers: a volume in several "
                     "guests with an attachment that is not shareable or is cached on the host; "
                     "a shared read-write disk that is not raw; labels that differ between "
-                    "guests; a host connection no guest uses any more. The exit status is 1 "
+                    "guests; a host connection no guest uses any more; an iSCSI session, NVMe-oF "
+                    "controller, mapped RBD image or mount that no record and no guest accounts "
+                    "for ('orphan'). The exit status is 1 "
                     "when any danger is found.",
         epilog="examples:\n"
                "  virtdriver audit\n"
@@ -134,6 +136,9 @@ def add_operator_commands(sub: Any) -> None:
     p.add_argument("--cinder", metavar="URL",
                    help="also compare the guests with the Cinder attachments that "
                         "'attach --cinder' made there ('cinder' dangers)")
+    p.add_argument("--mount-base", metavar="DIR",
+                   help="where shares are mounted (default: STATE_DIR/mnt): its mounts no "
+                        "record or guest accounts for are orphans")
     p.set_defaults(func=_audit)
 
     p = sub.add_parser(

@@ -208,6 +208,20 @@ class LibvirtVolumeDriver:
         check_requested_volume_id(volume_id)
         return detach_steps.release(self.compute_host, volume_id)
 
+    def release_orphans(self) -> list[tuple[str, str | None]]:
+        """Remove host connections no record and no guest accounts for (iSCSI sessions, NVMe-oF
+        controllers, mapped RBD images, mounts in the mount base) that nothing holds.
+
+        Returns each orphan's description with ``None`` when released, else why it was kept
+        (a holder, a mount, a process with its device open); see :mod:`virtdriver.ops.orphans`.
+        """
+        from virtdriver.ops.orphans import sweep
+
+        options = self.options
+        return [(orphan.describe(), reason) for orphan, reason in sweep(
+            self.compute_host.connection.get(), options.state_dir, str(options.mount_base),
+            options.lock_timeout)]
+
     def swap_volume(self, instance: str, old_connection_info: Mapping[str, Any],
                     new_connection_info: Mapping[str, Any], *,
                     timeout: float | None = None,

@@ -23,7 +23,7 @@ from virtdriver.config.secret import LibvirtSecret, SecretUsage
 from virtdriver.errors import DamagedRecord, HostConnectFailed, StateError
 from virtdriver.hostfiles import read_bytes
 from virtdriver.hypervisor import brick, mounts
-from virtdriver.hypervisor.locks import file_token
+from virtdriver.hypervisor.locks import connections_lock, file_token
 from virtdriver.policy.migration import Arrival
 from virtdriver.secrets import without_secrets
 from virtdriver.volume.base import HostSecret
@@ -126,20 +126,22 @@ class HostConnections:
                 mounts.ensure_shared(str(value), self.state_dir / "locks")
         if record is None:  # a damaged record stops us before connecting
             record = self.load(volume_id) or HostRecord()
-        device_info = brick.connect(protocol, properties, self.state_dir, **connector_options)
-        record.protocol = protocol
-        record.properties = without_secrets(properties)
-        record.device_info = without_secrets(device_info)
-        record.connector_options = dict(connector_options)
-        mount_base = connector_options.get(f"{protocol.lower()}_mount_point_base")
-        if mount_base and device_info.get("path"):
-            record.mount_point = os.path.dirname(device_info["path"])
-        try:
-            self.save(volume_id, record)
-        except StateError:
-            brick.disconnect(protocol, properties, device_info, self.state_dir,
-                             **connector_options)
-            raise
+        with connections_lock(self.state_dir / "locks", sweeping=False):  # not swept meanwhile
+            device_info = brick.connect(protocol, properties, self.state_dir,
+                                        **connector_options)
+            record.protocol = protocol
+            record.properties = without_secrets(properties)
+            record.device_info = without_secrets(device_info)
+            record.connector_options = dict(connector_options)
+            mount_base = connector_options.get(f"{protocol.lower()}_mount_point_base")
+            if mount_base and device_info.get("path"):
+                record.mount_point = os.path.dirname(device_info["path"])
+            try:
+                self.save(volume_id, record)
+            except StateError:
+                brick.disconnect(protocol, properties, device_info, self.state_dir,
+                                 **connector_options)
+                raise
         return device_info
 
     def undo_failed_connect(self, protocol: str, properties: dict[str, Any],

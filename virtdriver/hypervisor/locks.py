@@ -72,11 +72,12 @@ def _holder(fd: int) -> str:
 
 
 def _acquire(fd: int, path: str, what: str, timeout: float,
-             notice_after: float = NOTICE_AFTER) -> None:
+             notice_after: float = NOTICE_AFTER, kind: int = fcntl.LOCK_EX) -> None:
     """Take the lock, waiting at most ``timeout`` seconds (``inf`` or ``None``: without bound);
-    a wait longer than ``notice_after`` seconds (or half the timeout) is said once."""
+    a wait longer than ``notice_after`` seconds (or half the timeout) is said once. ``kind``:
+    ``LOCK_EX``, or ``LOCK_SH`` for a lock many may hold at once."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, kind | fcntl.LOCK_NB)
         return
     except BlockingIOError:
         pass
@@ -90,7 +91,7 @@ def _acquire(fd: int, path: str, what: str, timeout: float,
     pause = 0.001
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, kind | fcntl.LOCK_NB)
             return
         except BlockingIOError:
             now = time.monotonic()
@@ -179,6 +180,21 @@ class _Locks(contextlib.AbstractContextManager[None]):
     def _release(self) -> None:
         while self._held:
             os.close(self._held.pop())  # closing the last descriptor releases the lock
+
+
+@contextlib.contextmanager
+def connections_lock(lock_dir: Path, *, sweeping: bool, timeout: float = DEFAULT_TIMEOUT
+                     ) -> Iterator[None]:
+    """Host connections being made and recorded (shared, by every connect) against a sweep of
+    unrecorded ones (exclusive): a sweep never takes a connection whose record is on its way."""
+    path = str(lock_dir / "host-connections.lock")
+    fd = _open(path)
+    try:
+        _acquire(fd, path, "the host's connections", timeout,
+                 kind=fcntl.LOCK_EX if sweeping else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _guest_lock_path(lock_dir: Path, guest_uuid: str) -> str:

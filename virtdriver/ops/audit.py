@@ -24,6 +24,9 @@ Dangers:
   :mod:`virtdriver.hypervisor.apparmor`);
 - ``fence``: two guests pass SCSI reservations (``device='lun'``) to the volume under one
   initiator identity, so a reservation by one does not fence the other;
+- ``orphan``: a host connection (an iSCSI session, an NVMe-oF controller, a mapped RBD image, a
+  mount in the mount base) that no record and no guest accounts for (see
+  :mod:`virtdriver.ops.orphans`);
 - ``filesystem``: several guests write the volume, and it holds a filesystem that is not a
   cluster one (read on this host with blkid), whether they got there by
   ``--allow-shared-write`` (said) or behind virtdriver's back.
@@ -52,13 +55,14 @@ from virtdriver.hypervisor.domains import DiskUse, DomainState, host_state, labe
 from virtdriver.hypervisor.hostconn import HostConnections
 from virtdriver.hypervisor.seclabels import foreign_labels
 from virtdriver.hypervisor.signatures import UnreadableVolume, read_signatures
+from virtdriver.ops.orphans import find_orphans
 from virtdriver.policy.filesystems import OVERRIDE, unshareable
 from virtdriver.policy.migration import still_arriving
 from virtdriver.policy.reservations import fence_message, reservation_route, shared_identities
 from virtdriver.policy.sharing import Danger, Use, dangers
 
 DANGER_KINDS: Final = ("unshared", "cache", "format", "labels", "identity", "leak", "record",
-                       "startup", "profile", "cinder", "fence", "filesystem")
+                       "startup", "profile", "cinder", "fence", "filesystem", "orphan")
 
 
 @dataclass(frozen=True)
@@ -112,8 +116,13 @@ class AuditReport:
                 "volumes": [asdict(v) | {"guests": v.guests} for v in self.volumes]}
 
 
-def audit_host(conn: libvirt.virConnect, state_dir: str | Path) -> AuditReport:
-    """Read every domain and the host-connection records; return the volumes and dangers."""
+def audit_host(conn: libvirt.virConnect, state_dir: str | Path,
+               mount_base: str | None = None) -> AuditReport:
+    """Read every domain and the host-connection records; return the volumes and dangers.
+
+    ``mount_base``: where virtdriver mounts shares (default ``<state_dir>/mnt``), whose mounts
+    no record or guest accounts for are orphans, as the kernel's other host connections are.
+    """
     try:
         states = host_state(conn)
     except libvirt.libvirtError as exc:
@@ -133,6 +142,11 @@ def audit_host(conn: libvirt.virConnect, state_dir: str | Path) -> AuditReport:
         volumes.append(VolumeAudit(path.stem, str(path), [], [Danger("record", (
             f"the host-connection record {path} is unreadable or damaged, so virtdriver cannot "
             f"tell what to release for that volume: {DamagedRecord.NEXT_STEP}"))], True))
+    found, _ = find_orphans(states, connections, mount_base or str(Path(state_dir) / "mnt"))
+    volumes += [VolumeAudit("-", orphan.describe(), [], [Danger("orphan", (
+        "no host-connection record and no guest on this host accounts for it: 'virtdriver "
+        "release --orphans' removes it unless something holds it"))], False)
+        for orphan in found]
     _add_startup_dangers(conn, volumes)
     volumes.sort(key=lambda v: (not v.dangers, v.volume == "-", v.volume, v.source))
     return AuditReport(conn.getURI(), str(state_dir), volumes)
@@ -321,7 +335,10 @@ ATTACHMENT_COLUMNS: Final = [("guest", "Guest"), ("device", "Device"), ("mode", 
 def format_report(report: AuditReport) -> str:
     lines: list[str] = []
     for vol in report.volumes:
-        title = f"Volume {vol.volume}" if vol.volume != "-" else "Shared data without a volume id"
+        title = (f"Volume {vol.volume}" if vol.volume != "-"
+                 else "Host connection without a record or a guest"
+                 if vol.dangers and all(d.kind == "orphan" for d in vol.dangers)
+                 else "Shared data without a volume id")
         extra = [vol.source] if vol.source else []
         if vol.host_connection:
             extra.append("host connection recorded")
