@@ -155,6 +155,10 @@ class HostConnectFailed(HypervisorError):
     """os-brick could not connect (or disconnect) the host side of a volume."""
 
 
+class WrongDevice(HostConnectFailed):
+    """The device os-brick connected is not the volume connection_info names."""
+
+
 class StateError(HypervisorError):
     """virtdriver's state directory (locks, host-connection records) is unusable or damaged."""
 

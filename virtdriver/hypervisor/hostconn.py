@@ -20,9 +20,9 @@ from typing import Any
 import libvirt
 
 from virtdriver.config.secret import LibvirtSecret, SecretUsage
-from virtdriver.errors import DamagedRecord, HostConnectFailed, StateError
+from virtdriver.errors import DamagedRecord, HostConnectFailed, StateError, WrongDevice
 from virtdriver.hostfiles import read_bytes
-from virtdriver.hypervisor import brick, mounts
+from virtdriver.hypervisor import brick, deviceid, mounts
 from virtdriver.hypervisor.locks import connections_lock, file_token
 from virtdriver.policy.migration import Arrival
 from virtdriver.secrets import without_secrets
@@ -129,6 +129,9 @@ class HostConnections:
         with connections_lock(self.state_dir / "locks", sweeping=False):  # not swept meanwhile
             device_info = brick.connect(protocol, properties, self.state_dir,
                                         **connector_options)
+            self._check_device(volume_id, protocol, properties, device_info,
+                               connected_before=record.protocol is not None,
+                               **connector_options)
             record.protocol = protocol
             record.properties = without_secrets(properties)
             record.device_info = without_secrets(device_info)
@@ -143,6 +146,22 @@ class HostConnections:
                                  **connector_options)
                 raise
         return device_info
+
+    def _check_device(self, volume_id: str, protocol: str, properties: dict[str, Any],
+                      device_info: dict[str, Any], *, connected_before: bool,
+                      **connector_options: Any) -> None:
+        """Refuse a device that is not the volume connection_info names
+        (:mod:`.deviceid`); undo this connect without touching that device."""
+        problem = deviceid.mismatch(protocol, properties, device_info.get("path"))
+        if problem is None:
+            return
+        if not connected_before:  # os-brick finds its devices from the properties, not the path
+            brick.disconnect(protocol, properties, {k: v for k, v in device_info.items()
+                                                    if k != "path"}, self.state_dir,
+                             force=True, **connector_options)
+        raise WrongDevice(f"volume {volume_id}: the device os-brick connected is not the "
+                          f"volume connection_info names ({problem}); refusing it, nothing "
+                          "was attached")
 
     def undo_failed_connect(self, protocol: str, properties: dict[str, Any],
                             **connector_options: Any) -> None:
@@ -181,6 +200,12 @@ class HostConnections:
         record = self.load(volume_id)
         if record is None:
             return False
+        problem = deviceid.mismatch(record.protocol, record.properties,
+                                    record.device_info.get("path"))
+        if problem is not None:  # another volume now sits where this one was: leave it
+            raise StateError(f"volume {volume_id}: not disconnecting its host side: {problem}; "
+                             "the device changed since it was connected (see 'virtdriver "
+                             "audit')")
         if record.protocol is not None:
             brick.disconnect(record.protocol, properties or record.properties,
                              record.device_info, self.state_dir, **record.connector_options)
