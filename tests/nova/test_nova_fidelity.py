@@ -89,7 +89,7 @@ def _fields(disk: Any) -> dict[str, Any]:
     out = {}
     for name, value in vars(disk).items():
         if name in NOT_FOR_VOLUMES or name in ("rendered", "source_extra", "iotune_extra",
-                                               "host_extra"):
+                                               "host_extra", "driver_extra"):
             continue
         if name == "device_addr" and value is not None:
             # libvirt reads an absent bus or target of a drive address as 0
@@ -156,6 +156,7 @@ def _compare(nova_vol: Any, adapter: Any, info: dict[str, Any], disk_info: dict[
                    for name in sorted(set(want) | set(got)) if want.get(name) != got.get(name)]
     extra = [e.tag for e in ours.source_extra if e.tag != "seclabel"]
     extra += list(ours.iotune_extra) + [k for h in ours.host_extra for k in h]
+    extra += list(ours.driver_extra)  # error policies: only when asked for (and for a lun)
     if extra:
         differences.append(f"{label}: beyond nova's attributes: {extra}")
     return differences
