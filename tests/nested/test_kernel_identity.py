@@ -1,51 +1,36 @@
 """The device's identity before a guest gets it (#45, item 2), on a kernel initiator.
 
-tgt serves two LUNs of one target. A stale by-path link (the way a leftover device reached
-another tenant in OSSA-2023-003) names LUN 2's disk where os-brick looks for LUN 1: the attach of
-LUN 1 is refused before any guest gets that disk, LUN 2's disk is left alone, and once the link
-is right again the same attach goes through.
+os-brick finds an iSCSI volume's disk by the session and LUN its properties name, so on a
+healthy host it finds the right one. What is read from the real disk's sysfs (its session's
+target, its SCSI address's LUN) is compared here with connection_info: the right LUN passes and
+is attached; a connection_info whose per-path keys (``target_luns``) name LUN 2 while os-brick
+connects LUN 1 -- the disagreement a stale device would show -- is refused before any guest gets
+the disk, and this call's connect is undone.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.nested.test_kernel_iscsi import (  # noqa: F401 - fixture
     IQN,
-    PORT,
     lun_info,
+    sessions,
     tgt_lun,
     tgtadm,
-    wait_until,
 )
 from virtdriver.errors import WrongDevice
+from virtdriver.hypervisor import deviceid
 
 pytestmark = pytest.mark.kernel_initiator
 
-BY_PATH = Path("/dev/disk/by-path")
 
-
-def lun_disk(lun: int) -> str:
-    """The SCSI disk (``sdX``) of LUN ``lun`` of the test target's session."""
-    found: list[str] = []
-
-    def seen() -> bool:
-        for session in Path("/sys/class/iscsi_session").glob("session*"):
-            if (session / "targetname").read_text().strip() == IQN:
-                found[:] = [p.name for p in session.glob(f"device/target*/*:{lun}/block/*")]
-        return bool(found)
-
-    wait_until(seen, 30, f"LUN {lun}'s disk")
-    return found[0]
-
-
-def test_a_device_that_is_another_lun_is_refused_and_left_alone(
-        tgt_lun, guests, volume_driver, tmp_path: Path) -> None:
-    from tests.nested.conftest import run
+def test_the_real_disk_is_read_and_another_lun_is_refused(tgt_lun, guests, volume_driver,
+                                                           tmp_path: Path) -> None:
+    from testhosts.guests import block_info
 
     second = tmp_path / "lun2.raw"
     with open(second, "wb") as fh:
@@ -54,27 +39,23 @@ def test_a_device_that_is_another_lun_is_refused_and_left_alone(
     dom = guests.start("id")
     info = lun_info()
     vid = info["data"]["volume_id"]
-    run("iscsiadm", "-m", "discovery", "-t", "st", "-p", f"127.0.0.1:{PORT}")
-    run("iscsiadm", "-m", "node", "-T", IQN, "-p", f"127.0.0.1:{PORT}", "--login")
-    try:
-        lun1, lun2 = lun_disk(1), lun_disk(2)
-        link = BY_PATH / f"ip-127.0.0.1:{PORT}-iscsi-{IQN}-lun-1"
-        wait_until(link.exists, 30, "udev's by-path link of LUN 1")
-        assert os.path.realpath(link) == f"/dev/{lun1}"
-        link.unlink()
-        link.symlink_to(f"../../{lun2}")  # stale: LUN 2's disk where LUN 1's should be
 
-        with pytest.raises(WrongDevice, match=rf"/dev/{lun2} is LUN 2, connection_info says 1"):
-            volume_driver.attach_volume(info, dom.name())
-        assert volume_driver.list_attachments(dom.name()) == []
-        assert volume_driver.records.connected() == []
-        assert Path(f"/sys/block/{lun2}").exists()  # the other LUN's disk is left alone
+    made = volume_driver.attach_volume(info, dom.name())  # the identity check passes
+    disk = block_info(dom, f"ua-{vid}").file
+    real = os.path.realpath(disk)
+    props = info["data"]
+    assert deviceid.mismatch("ISCSI", props, disk) is None
+    assert deviceid.mismatch("ISCSI", {**props, "target_lun": 2}, disk) == \
+        f"{real} is LUN 1, connection_info says 2"
+    other = "iqn.2024-01.dev.virtdriver.nested:other"
+    assert deviceid.mismatch("ISCSI", {**props, "target_iqn": other}, disk) == \
+        f"{real} belongs to target {IQN}, connection_info says {other}"
+    volume_driver.detach_volume(dom.name(), made.volumeId)
+    assert IQN not in sessions()
 
-        link.unlink()  # os-brick's undo removed LUN 1's disk; its rescan brings it back
-        made = volume_driver.attach_volume(info, dom.name())
-        assert made.volumeId == vid
-        volume_driver.detach_volume(dom.name(), vid)
-    finally:
-        subprocess.run(["iscsiadm", "-m", "node", "-T", IQN, "-p", f"127.0.0.1:{PORT}",
-                        "--logout"], capture_output=True, check=False)
-        subprocess.run(["udevadm", "trigger", "--subsystem-match=block"], check=False)
+    wrong = lun_info(target_luns=[2])  # os-brick connects target_lun 1; the paths say 2
+    with pytest.raises(WrongDevice, match=r"/dev/sd[a-z]+ is LUN 1, connection_info says 2"):
+        volume_driver.attach_volume(wrong, dom.name())
+    assert volume_driver.list_attachments(dom.name()) == []
+    assert volume_driver.records.connected() == []
+    assert IQN not in sessions()  # this call's login undone

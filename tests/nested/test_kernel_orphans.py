@@ -85,6 +85,10 @@ def test_a_stray_session_is_listed_and_logged_out_the_recorded_one_stays(
         volume_driver.detach_volume(a.name(), vid)
         assert IQN not in sessions()
     finally:
-        if STRAY in sessions():
-            iscsiadm("-m", "node", "-T", STRAY, "-p", f"127.0.0.1:{PORT}", "--logout")
+        if volume_driver.list_attachments(a.name()):
+            volume_driver.detach_volume(a.name(), vid)
+        for target in (STRAY, IQN):  # nothing left for the next test, whatever failed here
+            if target in sessions():
+                iscsiadm("-m", "node", "-T", target, "-p", f"127.0.0.1:{PORT}", "--logout")
+        volume_driver.records.forget(vid)
         tgtadm("--mode", "target", "--op", "delete", "--force", "--tid", "2")

@@ -205,6 +205,16 @@ def _openers(paths: set[str], *, below: bool = False) -> list[str]:
     return found
 
 
+def _settle() -> None:
+    """Let udev finish the events it has (a detach's, a login's): its workers open the devices
+    they probe for a moment, which would read as a process holding them."""
+    try:
+        subprocess.run(["udevadm", "settle", "--timeout=30"], capture_output=True, check=False,
+                       timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        pass  # no udev here (a container): nothing to wait for
+
+
 def release(conn: HostConnection) -> None:
     """Remove one orphan: log the session out, delete the controller, unmap, unmount."""
     if conn.kind == "iscsi":
@@ -283,6 +293,7 @@ def sweep(conn: libvirt.virConnect, state_dir: Path, mount_base: str, lock_timeo
 
     records = HostConnections(state_dir)
     with connections_lock(state_dir / "locks", sweeping=True, timeout=lock_timeout):
+        _settle()
         found, damaged = find_orphans(host_state(conn), records, mount_base)
         if damaged:
             raise StateError(f"the host-connection record {damaged[0]} is damaged and may "
