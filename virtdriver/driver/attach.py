@@ -202,7 +202,8 @@ def _read_host(host: ComputeHost, instances: Sequence[str],
     before its disks (``opened`` closes the files whose lock is never taken)."""
     lock_dir = host.options.lock_dir
     try:
-        found = [_look_up(host, instance) for instance in instances]
+        listed = host.connection.list_domains()
+        found = [_find_listed(host, listed, instance) for instance in instances]
     except libvirt.libvirtError as exc:
         raise HypervisorError("cannot read the host's guests", libvirt_message(exc)) from None
     if len({d.uuid for d in found}) != len(found):
@@ -215,15 +216,18 @@ def _read_host(host: ComputeHost, instances: Sequence[str],
     by_uuid = {d.listed.uuid: d for d in view.domains}  # by the attaches of a storm
     targets = []
     for instance, domain, file in zip(instances, found, files):
-        if domain.uuid not in by_uuid:  # vanished between the lookup and the read
+        if domain.uuid not in by_uuid:  # vanished between the listing and the read
             host.connection.domain(instance)  # raises InstanceNotFound
             raise HypervisorError(f"guest {instance!r} changed while it was being read")
         targets.append(Target(by_uuid[domain.uuid], file))
     return targets, view
 
 
-def _look_up(host: ComputeHost, instance: str) -> ListedDomain:
-    dom = host.connection.domain(instance)  # or InstanceNotFound
+def _find_listed(host: ComputeHost, listed: list[ListedDomain], instance: str) -> ListedDomain:
+    found = next((d for d in listed if d.is_instance(instance)), None)
+    if found is not None:
+        return found
+    dom = host.connection.domain(instance)  # defined meanwhile, or InstanceNotFound
     return ListedDomain(dom, dom.name(), dom.UUIDString(), bool(dom.isActive()),
                         bool(dom.isPersistent()))
 

@@ -19,6 +19,7 @@ while it attaches nothing there.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from virtdriver.hypervisor.hostconn import HostConnections, HostRecord
 
 SYS: Final = Path("/sys")
+_OCTAL: Final = re.compile(r"\\([0-7]{3})")  # mountinfo's escape of a space, tab, newline
 KINDS: Final = ("iscsi", "nvmeof", "rbd", "mount")
 
 
@@ -105,7 +107,7 @@ def _mounts(mount_base: str) -> list[HostConnection]:
     found = []
     for line in _read(Path("/proc/self/mountinfo")).splitlines():
         fields = line.split()
-        point = fields[4].encode().decode("unicode_escape") if len(fields) > 4 else ""
+        point = _OCTAL.sub(lambda m: chr(int(m[1], 8)), fields[4]) if len(fields) > 4 else ""
         if os.path.dirname(point) == base:
             found.append(HostConnection("mount", point, point, (point,)))
     return found
