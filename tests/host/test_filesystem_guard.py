@@ -14,11 +14,13 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import libvirt
 import pytest
 
 from testhosts.guests import LoopDevice, block_info
 from tests.support.volumes import local_volume
 from virtdriver.errors import SharedWriteRefused
+from virtdriver.hypervisor.metadata import OVERRIDES_NS
 from virtdriver.ops.audit import audit_host
 
 pytestmark = pytest.mark.hypervisor
@@ -121,6 +123,10 @@ def test_the_override_is_noted_and_audit_names_who_chose_it(guests, volume_drive
     kinds = [d["kind"] for v in json.loads(cli.stdout)["volumes"] if v["volume"] == vid
              for d in v["dangers"]]
     assert "filesystem" in kinds, cli.stderr
+    volume_driver.detach_volume(b.name(), vid)  # the note goes with the disk
+    for flag in (libvirt.VIR_DOMAIN_AFFECT_LIVE, libvirt.VIR_DOMAIN_AFFECT_CONFIG):
+        with pytest.raises(libvirt.libvirtError, match="metadata not found"):
+            b.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, OVERRIDES_NS, flag)
 
 
 def test_the_cli_refuses_with_exit_3_and_one_line(guests, volume_driver, volume,

@@ -33,7 +33,7 @@ from virtdriver.hypervisor.domains import (
     DomainXml,
     ListedDomain,
 )
-from virtdriver.hypervisor.metadata import set_note
+from virtdriver.hypervisor.metadata import note_shared_write, set_note
 from virtdriver.policy.identity import check_requested_volume_id, volume_of_alias
 from virtdriver.policy.migration import ARRIVING
 from virtdriver.policy.sharing import still_used
@@ -150,6 +150,8 @@ def _remove(host: ComputeHost, dom: libvirt.virDomain, use: DiskUse, timeout: fl
                                f"{dom.name()}", libvirt_message(exc)) from None
     if use.inherited_from is not None:
         set_note(dom, alias, None, "", live=use.live, persistent=not use.live)
+    if use.shared_write is not None:
+        note_shared_write(dom, alias, None, live=use.live, persistent=not use.live)
 
 
 def detach_live(host: ComputeHost, dom: libvirt.virDomain, disk: Disk, alias: str,

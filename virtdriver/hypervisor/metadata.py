@@ -80,9 +80,10 @@ def parse_overrides(raw: str | None) -> dict[str, str]:
             if etree.QName(node).localname == "shared-write"}
 
 
-def note_shared_write(dom: libvirt.virDomain, alias: str, filesystem: str, *, live: bool,
-                      persistent: bool) -> None:
-    """Note that the disk ``alias`` writes ``filesystem`` beside others by an override."""
+def note_shared_write(dom: libvirt.virDomain, alias: str, filesystem: str | None, *,
+                      live: bool, persistent: bool) -> None:
+    """Note that the disk ``alias`` writes ``filesystem`` beside others by an override (or,
+    with ``None``, drop the note: the disk is gone)."""
     for wanted, flag in ((live, libvirt.VIR_DOMAIN_AFFECT_LIVE),
                          (persistent, libvirt.VIR_DOMAIN_AFFECT_CONFIG)):
         if not wanted:
@@ -94,6 +95,10 @@ def note_shared_write(dom: libvirt.virDomain, alias: str, filesystem: str, *, li
             if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN_METADATA:
                 raise
             notes = {}
-        notes[alias] = filesystem
+        if filesystem is None:
+            if notes.pop(alias, None) is None:
+                continue
+        else:
+            notes[alias] = filesystem
         write_element(dom, "overrides", OVERRIDES_NS, OVERRIDES_PREFIX, flag, [
             ("shared-write", {"alias": a, "filesystem": f}) for a, f in sorted(notes.items())])
