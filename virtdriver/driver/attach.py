@@ -10,7 +10,6 @@ connected, so the host ends as it was.
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import libvirt
 
 from virtdriver import arguments
 from virtdriver.attachment import Attachment
+from virtdriver.driver import shared_write
 from virtdriver.driver.compute_host import ComputeHost
 from virtdriver.driver.detach import undo_attach
 from virtdriver.driver.request import VolumeRequest
@@ -38,21 +38,15 @@ from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.dataid import data_identity
 from virtdriver.hypervisor.domains import DiskUse, DomainsView, DomainXml, ListedDomain
 from virtdriver.hypervisor.locks import GuestFile, guest_lock
-from virtdriver.hypervisor.metadata import note_shared_write
 from virtdriver.hypervisor.mounts import check_guest_sees
-from virtdriver.hypervisor.signatures import UnreadableVolume, read_signatures
 from virtdriver.hypervisor.targets import bus_for, pick_target
 from virtdriver.hypervisor.volume_users import Wanted
 from virtdriver.policy import check_hotplug_bus
 from virtdriver.policy.attach import check_io_policies
-from virtdriver.policy.filesystems import check_writers, unshareable
 from virtdriver.policy.identity import alias_for
-from virtdriver.policy.sharing import Use, refuse_attach, refuse_fan_out, users_of
+from virtdriver.policy.sharing import refuse_attach, refuse_fan_out, users_of
 from virtdriver.render import build_disk
 from virtdriver.secrets import redact, secret_values
-
-SHARING_LOG = logging.getLogger("virtdriver.sharing")  # said on the CLI's terminal too
-LOG = logging.getLogger(__name__)
 
 Progress = Callable[[str, "Attachment | Exception"], None]
 
@@ -123,8 +117,9 @@ def attach(host: ComputeHost, connection_info: Mapping[str, Any], instances: Seq
         aliases: dict[str, str] = {}  # guest uuid -> the alias its disk got
         try:
             host.connect(request, record)
-            overridden = _check_writers(request, targets, placements, used_before,
-                                        allow_shared_write)
+            overridden = shared_write.check(request, [t.name for t in targets],
+                                            [p.mode for p in placements], used_before,
+                                            allow_shared_write)
             attaching = True
             results = _attach_all(host, request, targets, placements, view, max_parallel,
                                   per_guest, aliases)
@@ -139,61 +134,13 @@ def attach(host: ComputeHost, connection_info: Mapping[str, Any], instances: Seq
             host.drop_after_failure(request, used_before)
             raise
     if overridden:
-        _note_overrides(targets, results, aliases, overridden)
+        for target, attachment in zip(targets, results):
+            if attachment.attach_mode == "rw":
+                shared_write.note(target.domain.listed, aliases[target.uuid], overridden)
     if progress:
         for name, attachment in zip(instances, results):
             progress(name, attachment)
     return results
-
-
-def _check_writers(request: VolumeRequest, targets: Sequence[Target],
-                   placements: Sequence[Placement], used_before: Sequence[Use],
-                   allow_shared_write: bool) -> str | None:
-    """Refuse a second writer of a filesystem that is not a cluster one; warn of a reader
-    beside one. Returns the filesystem a granted override lets several guests write."""
-    modes = {t.name: "ro" if request.mode == "ro" else p.mode
-             for t, p in zip(targets, placements)}
-    writers = sorted({u.guest for u in used_before if not u.readonly}
-                     | {name for name, mode in modes.items() if mode == "rw"})
-    readers = sorted(({u.guest for u in used_before} | set(modes)) - set(writers))
-    if not writers or len(writers) + len(readers) < 2:
-        return None
-    try:
-        source = request.driver.source(request.data, request.options).source
-    except VirtDriverError:
-        source = None
-    path = (source.dev or source.file) if source is not None else None
-    if path is None:
-        SHARING_LOG.warning("volume %s is shared with a writer, and what it holds is not "
-                            "checked: QEMU opens it over the network itself, which this host "
-                            "cannot read", request.vid)
-        return None
-    try:
-        filesystems = unshareable(read_signatures(path))
-    except UnreadableVolume as exc:
-        SHARING_LOG.warning("volume %s is shared with a writer, and what it holds could not be "
-                            "read at %s: %s", request.vid, path, exc)
-        return None
-    warning = check_writers(request.vid, filesystems, writers, readers, list(modes),
-                            allow_shared_write=allow_shared_write)
-    if warning:
-        SHARING_LOG.warning("%s", warning)
-    return " and ".join(filesystems) if warning and len(writers) > 1 else None
-
-
-def _note_overrides(targets: Sequence[Target], results: Sequence[Attachment],
-                    aliases: Mapping[str, str], filesystem: str) -> None:
-    """Note each new writer's override in its guest's metadata, for ``audit``."""
-    for target, attachment in zip(targets, results):
-        if attachment.attach_mode != "rw":
-            continue
-        listed = target.domain.listed
-        try:
-            note_shared_write(listed.dom, aliases[target.uuid], filesystem, live=listed.active,
-                              persistent=listed.persistent)
-        except libvirt.libvirtError as exc:
-            LOG.warning("guest %s: the --allow-shared-write override could not be noted in "
-                        "its metadata: %s", listed.name, libvirt_message(exc))
 
 
 def _read_host(host: ComputeHost, instances: Sequence[str],

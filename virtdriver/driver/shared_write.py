@@ -1,0 +1,69 @@
+"""The attach's shared-write step: what the volume holds, before a second writer or a reader.
+
+Run after the host connect and before the first guest gets the disk. The rule is
+:mod:`virtdriver.policy.filesystems`; the volume is read with blkid
+(:mod:`virtdriver.hypervisor.signatures`); an override is noted in the guest's metadata for
+``audit`` (:mod:`virtdriver.hypervisor.metadata`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import libvirt
+
+from virtdriver.driver.request import VolumeRequest
+from virtdriver.errors import VirtDriverError
+from virtdriver.hypervisor.connection import libvirt_message
+from virtdriver.hypervisor.domains import ListedDomain
+from virtdriver.hypervisor.metadata import note_shared_write
+from virtdriver.hypervisor.signatures import UnreadableVolume, read_signatures
+from virtdriver.policy.filesystems import check_writers, unshareable
+from virtdriver.policy.sharing import Use
+
+LOG = logging.getLogger("virtdriver.sharing")  # said on the CLI's terminal too
+
+
+def check(request: VolumeRequest, guests: Sequence[str], modes: Sequence[str],
+          used_before: Sequence[Use], allow_shared_write: bool) -> str | None:
+    """Refuse a second writer of a filesystem that is not a cluster one; warn of a reader
+    beside one. ``guests`` join with ``modes``; ``used_before``: the volume's other users.
+    Returns the filesystem a granted override lets several guests write."""
+    joining = {g: "ro" if request.mode == "ro" else m for g, m in zip(guests, modes)}
+    writers = sorted({u.guest for u in used_before if not u.readonly}
+                     | {name for name, mode in joining.items() if mode == "rw"})
+    readers = sorted(({u.guest for u in used_before} | set(joining)) - set(writers))
+    if not writers or len(writers) + len(readers) < 2:
+        return None
+    try:
+        source = request.driver.source(request.data, request.options).source
+    except VirtDriverError:
+        source = None
+    path = (source.dev or source.file) if source is not None else None
+    if path is None:
+        LOG.warning("volume %s is shared with a writer, and what it holds is not checked: "
+                    "QEMU opens it over the network itself, which this host cannot read",
+                    request.vid)
+        return None
+    try:
+        filesystems = unshareable(read_signatures(path))
+    except UnreadableVolume as exc:
+        LOG.warning("volume %s is shared with a writer, and what it holds could not be read at "
+                    "%s: %s", request.vid, path, exc)
+        return None
+    warning = check_writers(request.vid, filesystems, writers, readers, list(joining),
+                            allow_shared_write=allow_shared_write)
+    if warning:
+        LOG.warning("%s", warning)
+    return " and ".join(filesystems) if warning and len(writers) > 1 else None
+
+
+def note(listed: ListedDomain, alias: str, filesystem: str) -> None:
+    """Note a writer's override in its guest's metadata (live and defined), for ``audit``."""
+    try:
+        note_shared_write(listed.dom, alias, filesystem, live=listed.active,
+                          persistent=listed.persistent)
+    except libvirt.libvirtError as exc:
+        LOG.warning("guest %s: the --allow-shared-write override could not be noted in its "
+                    "metadata: %s", listed.name, libvirt_message(exc))
