@@ -276,7 +276,7 @@ def _filesystem_dangers(group: list[DiskUse]) -> list[Danger]:
         return []
     if not filesystems:
         return []
-    chosen = sorted({f"{u.domain_name}" for u in group if u.shared_write})
+    chosen = sorted({u.domain_name for u in group if u.shared_write})
     how = (f" ({', '.join(chosen)} by {OVERRIDE})" if chosen
            else " (not by virtdriver's override)")
     return [Danger("filesystem", (

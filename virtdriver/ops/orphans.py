@@ -140,8 +140,7 @@ def orphans(connections: Iterable[HostConnection], records: Iterable[HostRecord]
         for key in ("target_iqn", "target_nqn", "nqn", "subsysnqn", "name"):
             if isinstance(props.get(key), str):
                 named.add(props[key])
-        for key in ("target_iqns",):
-            named.update(v for v in props.get(key) or [] if isinstance(v, str))
+        named.update(v for v in props.get("target_iqns") or [] if isinstance(v, str))
         for portal in props.get("portals") or []:  # NVMe-oF's newer shape names the NQN above
             if isinstance(portal, dict) and isinstance(portal.get("nqn"), str):
                 named.add(portal["nqn"])
@@ -157,8 +156,7 @@ def orphans(connections: Iterable[HostConnection], records: Iterable[HostRecord]
             if point in recorded_mounts or any(s.startswith(point + os.sep) for s in sources):
                 continue
         else:
-            reach = {d for device in conn.devices for d in _held_through(device)}
-            reach = {_real(d) for d in reach} | set(reach)
+            reach = {d for device in conn.devices for d in _held_through(device)}  # real names
             if conn.name in named or reach & (sources | recorded_devices):
                 continue
         left.append(conn)
