@@ -7,6 +7,11 @@
 #   testhosts/debian13/run.sh status          exit 0 only when the stack is up and answers
 #   testhosts/debian13/run.sh down            remove its guests, stop its daemons and the holder
 #
+# VIRTDRIVER_DEBIAN13_DAEMONS=split (for `up`): libvirt's split daemons instead of libvirtd, as
+# RHEL runs them: virtqemud, virtsecretd and virtlogd, each on its own socket under /run/libvirt
+# (no libvirt-sock), built from Debian's libvirt 11.3 source by build-split.sh and laid over the
+# tree (Debian ships libvirtd only). `up` restarts a stack that runs the other kind.
+#
 # Inside (HOST.md, "A Debian 13 host inside this machine"):
 #   /            an overlay: the cached tree below, a fresh upper layer per `up` (state of the
 #                daemons, persistent definitions, logs), dropped by `down`: the tree stays clean
@@ -34,6 +39,8 @@ venv=/opt/virtdriver-venv
 site=/run/virtdriver-site
 ready=/run/virtdriver-debian13.ready
 tmp_mode=${VIRTDRIVER_DEBIAN13_TMP:-host}
+daemons=${VIRTDRIVER_DEBIAN13_DAEMONS:-libvirtd}
+case "$daemons" in libvirtd|split) ;; *) echo "debian13: VIRTDRIVER_DEBIAN13_DAEMONS is libvirtd or split" >&2; exit 2 ;; esac
 temproot=/tmp/virtdriver-debian13          # pytest's temproot inside (PYTEST_DEBUG_TEMPROOT)
 
 log() { printf 'debian13: %s\n' "$*" >&2; }
@@ -58,6 +65,7 @@ holder() {
 # removed and cloned anew at the same path is another directory: the stack still shows the old).
 serves() {
     [ "$(cat "$st/project" 2>/dev/null)" = "$project" ] &&
+        [ "$(cat "$st/daemons" 2>/dev/null || echo libvirtd)" = "$daemons" ] &&
         [ "$(stat -c %d:%i "$project")" = "$(in_ns "$1" stat -c %d:%i "$project" 2>/dev/null)" ]
 }
 
@@ -94,9 +102,9 @@ stack_pids() {
 # shellcheck disable=SC2016
 holder_script='
 set -euo pipefail
-root=$1 tree=$2 upper=$3 work=$4 project=$5 tmp_mode=$6 pidfile=$7 ready=$8 st=$9
+root=$1 lower=$2 upper=$3 work=$4 project=$5 tmp_mode=$6 pidfile=$7 ready=$8 st=$9
 echo $$ >"$pidfile"
-mount -t overlay overlay -o "lowerdir=$tree,upperdir=$upper,workdir=$work" "$root"
+mount -t overlay overlay -o "lowerdir=$lower,upperdir=$upper,workdir=$work" "$root"
 mount -t proc proc "$root/proc"
 mount --rbind /sys "$root/sys"
 mount --rbind /dev "$root/dev"
@@ -144,10 +152,14 @@ for script_name, target in p.get("scripts", {}).items():
     script.write_text(f"#!{python}\nimport sys\nfrom {module} import {func}\nsys.exit({func}())\n")
     script.chmod(0o755)'
 
-wait_socket() {  # wait_socket PID: libvirtd answers inside
+socket_name() {  # the socket qemu:///system reaches: libvirtd's, or virtqemud's
+    if [ "$daemons" = split ]; then echo virtqemud-sock; else echo libvirt-sock; fi
+}
+
+wait_socket() {  # wait_socket PID: the daemon answers inside
     local pid=$1 i
     for i in $(seq 1 300); do
-        if [ -S "/proc/$pid/root/run/libvirt/libvirt-sock" ] \
+        if [ -S "/proc/$pid/root/run/libvirt/$(socket_name)" ] \
                 && in_ns "$pid" virsh -q -c qemu:///system version >/dev/null 2>&1; then
             return 0
         fi
@@ -170,6 +182,11 @@ cmd_up() {
     t0=$(now)
     tree=$("$here/build-tree.sh")
     log "tree ready in $(since "$t0") s: $tree"
+    local lower=$tree
+    if [ "$daemons" = split ]; then
+        lower="$("$here/build-split.sh"):$tree"
+        log "split daemons ready in $(since "$t0") s"
+    fi
     tb=$(now)
     cmd_down quiet  # leftovers of an earlier stack that died
     [ -d /run/tgtd ] || log "note: no /run/tgtd here (the backends' tgtd is not up): tgtadm inside will not reach it until the next up"
@@ -178,8 +195,9 @@ cmd_up() {
     mkdir -p "$st/upper" "$st/work" "$st/root" "$temproot"
     echo "$tree" >"$st/tree"
     echo "$project" >"$st/project"
+    echo "$daemons" >"$st/daemons"
     setsid unshare --mount --propagation private -- bash -c "$holder_script" holder \
-        "$st/root" "$tree" "$st/upper" "$st/work" "$project" "$tmp_mode" "$st/pid" "$ready" "$st" \
+        "$st/root" "$lower" "$st/upper" "$st/work" "$project" "$tmp_mode" "$st/pid" "$ready" "$st" \
         </dev/null >"$st/holder.log" 2>&1 &
     local i
     for i in $(seq 1 100); do
@@ -195,15 +213,24 @@ cmd_up() {
     # probes again by itself when a binary, the kernel or libvirt changed)
     local caps
     caps="$(dirname "$tree")/qemu-caps"
+    [ "$daemons" = libvirtd ] || caps="$caps-$daemons"  # another libvirt build: probed anew
     if [ -d "$caps" ]; then
         mkdir -p "/proc/$pid/root/var/cache/libvirt/qemu/capabilities"
         cp -a "$caps/." "/proc/$pid/root/var/cache/libvirt/qemu/capabilities/"
     fi
-    in_ns "$pid" env LIBVIRT_LOG_OUTPUTS="3:file:/var/log/libvirt/virtlogd.log" virtlogd -d
-    in_ns "$pid" env LIBVIRT_LOG_OUTPUTS="3:file:/var/log/libvirt/libvirtd.log" libvirtd -d
+    local d main=libvirtd started=(virtlogd libvirtd)
+    if [ "$daemons" = split ]; then
+        main=virtqemud started=(virtlogd virtsecretd virtqemud)
+        # the host's own UUID, as libvirtd.conf of the tree says it (migration between daemons)
+        grep '^host_uuid' "/proc/$pid/root/etc/libvirt/libvirtd.conf" \
+            >>"/proc/$pid/root/etc/libvirt/virtqemud.conf"
+    fi
+    for d in "${started[@]}"; do
+        in_ns "$pid" env LIBVIRT_LOG_OUTPUTS="3:file:/var/log/libvirt/$d.log" "$d" -d
+    done
     if ! wait_socket "$pid"; then
-        log "libvirtd did not come up; its log:"
-        tail -n 20 "/proc/$pid/root/var/log/libvirt/libvirtd.log" >&2 || true
+        log "$main did not come up; its log:"
+        tail -n 20 "/proc/$pid/root/var/log/libvirt/$main.log" >&2 || true
         exit 1
     fi
     in_ns "$pid" "$venv/bin/python" -c "$site_script" "$project" "$site" "$venv/bin/python"
@@ -236,7 +263,7 @@ cmd_down() {
         for dom in $(in_ns "$pid" virsh -q -c qemu:///system list --name 2>/dev/null || true); do
             in_ns "$pid" virsh -q -c qemu:///system destroy "$dom" >/dev/null 2>&1 || true
         done
-        for p in libvirtd virtlogd; do
+        for p in libvirtd virtqemud virtsecretd virtlogd; do
             local f="/proc/$pid/root/run/$p.pid"
             [ -s "$f" ] || continue
             p=$(tr -dc 0-9 <"$f")
@@ -257,7 +284,8 @@ cmd_down() {
         if findmnt -rn -o TARGET | grep -qF "$st/"; then
             log "something is mounted under $st on the host: keeping it"; return 1
         fi
-        rm -rf --one-file-system "$st/upper" "$st/work" "$st/pid" "$st/tree" "$st/project"
+        rm -rf --one-file-system "$st/upper" "$st/work" "$st/pid" "$st/tree" "$st/project" \
+            "$st/daemons"
     fi
     [ -n "$quiet" ] || log "down in $(since "$t0") s"
 }
@@ -265,8 +293,8 @@ cmd_down() {
 cmd_status() {
     local pid
     pid=$(holder) || { echo "debian13: down"; return 1; }
-    echo "debian13: holder $pid, tree $(cat "$st/tree"), checkout $(cat "$st/project")"
-    serves "$pid" || { echo "debian13: not this checkout's ($project): run up"; return 1; }
+    echo "debian13: holder $pid, tree $(cat "$st/tree"), checkout $(cat "$st/project"), daemons $(cat "$st/daemons" 2>/dev/null || echo libvirtd)"
+    serves "$pid" || { echo "debian13: not this checkout's ($project) or not $daemons: run up"; return 1; }
     in_ns "$pid" virsh -q -c qemu:///system version || return 1
     in_ns "$pid" virsh -q -c qemu:///system list --all
 }

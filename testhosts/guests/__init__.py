@@ -17,6 +17,7 @@ pytest fixtures built on these live in ``tests/support/``.
 from testhosts.guests.domain import (
     KVM_FAILURE_MARKERS,
     NAME_PREFIX,
+    SYSTEM_SOCKETS,
     SYSTEM_URI,
     Guests,
     ensure_event_loop,
@@ -24,6 +25,7 @@ from testhosts.guests.domain import (
     ignore_gone,
     open_connection,
     quiet_libvirt_errors,
+    system_daemon,
 )
 from testhosts.guests.embed import (
     EMBED_CAPS_SEEDS,
@@ -53,9 +55,10 @@ from virtdriver.hypervisor.capabilities import kvm_available
 __all__ = [
     "BlockInfo", "DeviceEvents", "EMBED_CAPS_SEEDS", "EMBED_QEMU_CONF", "Guests",
     "KVM_FAILURE_MARKERS", "LoopDevice", "LoopDeviceError", "NAME_PREFIX", "QemuIoError",
-    "ReadOnlyWrite", "SYSTEM_URI", "block_info", "detach_and_wait", "domain_log_path",
+    "ReadOnlyWrite", "SYSTEM_SOCKETS", "SYSTEM_URI", "block_info", "detach_and_wait",
+    "domain_log_path",
     "embed_root_of", "embed_uri", "ensure_event_loop", "guest_xml", "ignore_gone",
     "kvm_available", "loop_devices_of", "open_connection", "prepare_embed_root",
     "process_embed_root", "qemu_io", "query_block", "quiet_libvirt_errors", "read_pattern",
-    "save_capabilities", "seed_capabilities", "sparse_file", "write_pattern",
+    "save_capabilities", "seed_capabilities", "sparse_file", "system_daemon", "write_pattern",
 ]

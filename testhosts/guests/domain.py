@@ -9,6 +9,7 @@ the pid), so :meth:`Guests.close` removes guests in parallel.
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import re
 import secrets
 from collections.abc import Callable
@@ -21,6 +22,9 @@ from virtdriver.hypervisor.capabilities import kvm_available
 
 SYSTEM_URI = "qemu:///system"
 NAME_PREFIX = "vdtest-"
+#: The daemons that can serve ``qemu:///system``, and their sockets under /run/libvirt: the
+#: monolithic libvirtd, or the split daemons' virtqemud (RHEL's layout: no libvirt-sock).
+SYSTEM_SOCKETS = {"libvirtd": "libvirt-sock", "virtqemud": "virtqemud-sock"}
 
 #: What QEMU or libvirt say when a ``type='kvm'`` guest cannot use KVM after all.
 KVM_FAILURE_MARKERS = (
@@ -92,6 +96,14 @@ def open_connection(uri: str = SYSTEM_URI, *, quiet: bool = True) -> libvirt.vir
     if conn is None:  # pragma: no cover - old bindings returned None
         raise libvirt.libvirtError(f"cannot open {uri}")
     return conn
+
+
+def system_daemon(run_dir: str = "/run/libvirt") -> str | None:
+    """The daemon whose socket serves ``qemu:///system`` here (libvirtd first), or ``None``."""
+    for daemon, socket in SYSTEM_SOCKETS.items():
+        if os.path.exists(os.path.join(run_dir, socket)):
+            return daemon
+    return None
 
 
 # ---- guests -------------------------------------------------------------------------------------

@@ -14,7 +14,9 @@ QEMU runs as root without a security driver and logs to /var/log/libvirt/qemu li
 (``stdio_handler = "file"``: no virtlogd needed). Clients reach it through
 ``qemu+unix:///system?socket=BASE/run/libvirt-sock``. Restarting it starts a fresh namespace with
 the same bind mounts, so the restarted daemon finds its running guests again, as after a host
-daemon restart. Only the daemon this object started is ever signalled, by its pid.
+daemon restart. Where the host runs libvirt's split daemons, it is a virtqemud (socket
+``virtqemud-sock``, configuration ``virtqemud.conf``) in the same way. Only the daemon this
+object started is ever signalled, by its pid.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from types import TracebackType
 
 import libvirt
 
-from testhosts.guests import open_connection
+from testhosts.guests import SYSTEM_SOCKETS, open_connection, system_daemon
 
 QEMU_CONF = ('user = "root"\ngroup = "root"\nsecurity_driver = "none"\n'
              'stdio_handler = "file"\n')
@@ -43,7 +45,7 @@ def available() -> str | None:
     """Why a private libvirtd cannot run here, or ``None`` when it can."""
     if os.geteuid() != 0:
         return "needs root"
-    for tool in ("libvirtd", "unshare", "nsenter", "mount"):
+    for tool in (system_daemon() or "libvirtd", "unshare", "nsenter", "mount"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed"
     return None
@@ -58,17 +60,19 @@ class PrivateLibvirtd:
             (self.base / name).mkdir()
         (self.base / "lib" / "qemu").mkdir()
         (self.base / "etc" / "qemu.conf").write_text(QEMU_CONF)
-        (self.base / "etc" / "libvirtd.conf").write_text(
+        # the host's kind of daemon: libvirtd, or virtqemud where the split daemons run
+        self.daemon = system_daemon() or "libvirtd"
+        (self.base / "etc" / f"{self.daemon}.conf").write_text(
             f'host_uuid = "{host_uuid}"\n' if host_uuid else "")
         if HOST_CAPS.is_dir():
             shutil.copytree(HOST_CAPS, self.base / "cache" / "qemu" / "capabilities")
         script = ["#!/bin/sh", "set -e"]
         script += [f"mount --bind {self.base / name} {target}" for name, target in BINDS.items()]
-        script.append(f"exec libvirtd --pid-file {self.base / 'libvirtd.pid'}")
+        script.append(f"exec {self.daemon} --pid-file {self.base / 'libvirtd.pid'}")
         self.start_script = self.base / "start.sh"
         self.start_script.write_text("\n".join(script) + "\n")
         self.start_script.chmod(0o700)
-        self.socket = self.base / "run" / "libvirt-sock"
+        self.socket = self.base / "run" / SYSTEM_SOCKETS[self.daemon]
         self.uri = f"qemu+unix:///system?socket={self.socket}"
         self.proc: subprocess.Popen[bytes] | None = None
         self.restarts = 0

@@ -21,16 +21,17 @@ from testhosts.guests import (
     LoopDevice,
     open_connection,
     sparse_file,
+    system_daemon,
 )
-
-LIBVIRT_SOCKET = Path("/var/run/libvirt/libvirt-sock")
 
 
 def require_libvirtd() -> None:
-    """Skip without a libvirtd here; under CI, which has one, fail instead."""
-    if LIBVIRT_SOCKET.exists():
+    """Skip without a daemon for qemu:///system (libvirtd, or the split daemons' virtqemud);
+    under CI, which has one, fail instead."""
+    if system_daemon() is not None:
         return
-    reason = f"no libvirtd on this host ({LIBVIRT_SOCKET} missing; run scripts/setup-host.sh)"
+    reason = ("no libvirt daemon on this host (neither libvirt-sock nor virtqemud-sock in "
+              "/run/libvirt; run scripts/setup-host.sh)")
     if os.environ.get("CI"):
         pytest.fail(reason)  # CI has the hypervisor: a missing daemon is a failure, not a skip
     pytest.skip(reason)

@@ -30,8 +30,8 @@ def open_libvirt(driver: LibvirtVolumeDriver, checks: list[Check]) -> Any:
     try:
         return driver.connection.get()
     except VirtDriverError as exc:
-        checks.append(Check("hypervisor", "libvirt", "fail",
-                            f"{exc}; nothing can be attached (is libvirtd running?)"))
+        checks.append(Check("hypervisor", "libvirt", "fail", f"{exc}; nothing can be attached "
+                            "(is libvirtd, or virtqemud, running?)"))
         return None
 
 
