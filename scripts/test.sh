@@ -117,11 +117,12 @@ STACK_TESTS=(tests/host/test_hypervisor.py tests/host/test_races.py
              tests/host/test_cli.py tests/inguest)
 # What it runs again against the split daemons (#47 item 3): attach/detach, races, state damage
 # (a daemon restart is a virtqemud restart there), swap, migration between two virtqemuds,
-# doctor and audit, the README tour.
+# doctor and audit, the README tour, and network disks whose secrets virtqemud asks virtsecretd
+# for (extend over rbd, iSCSI, Gluster).
 SPLIT_TESTS=(tests/host/test_hypervisor.py tests/host/test_races.py
              tests/host/test_state_damage.py tests/host/test_swap_promises.py
              tests/host/test_migration.py tests/host/test_doctor_audit.py
-             tests/host/test_readme_tour.py)
+             tests/host/test_readme_tour.py tests/host/test_extend_backends.py)
 if [ "$hypervisor" = 1 ] || [ "$nova" = 1 ] || [ "$openstack" = 1 ] || [ "$nested" = 1 ] \
         || [ -n "$stack" ] \
         || [ ! -x .venv/bin/python ] \
