@@ -40,7 +40,10 @@ site=/run/virtdriver-site
 ready=/run/virtdriver-debian13.ready
 tmp_mode=${VIRTDRIVER_DEBIAN13_TMP:-host}
 daemons=${VIRTDRIVER_DEBIAN13_DAEMONS:-libvirtd}
-case "$daemons" in libvirtd|split) ;; *) echo "debian13: VIRTDRIVER_DEBIAN13_DAEMONS is libvirtd or split" >&2; exit 2 ;; esac
+case "$daemons" in
+    libvirtd|split) ;;
+    *) echo "debian13: VIRTDRIVER_DEBIAN13_DAEMONS is libvirtd or split" >&2; exit 2 ;;
+esac
 temproot=/tmp/virtdriver-debian13          # pytest's temproot inside (PYTEST_DEBUG_TEMPROOT)
 
 log() { printf 'debian13: %s\n' "$*" >&2; }
@@ -293,8 +296,10 @@ cmd_down() {
 cmd_status() {
     local pid
     pid=$(holder) || { echo "debian13: down"; return 1; }
-    echo "debian13: holder $pid, tree $(cat "$st/tree"), checkout $(cat "$st/project"), daemons $(cat "$st/daemons" 2>/dev/null || echo libvirtd)"
-    serves "$pid" || { echo "debian13: not this checkout's ($project) or not $daemons: run up"; return 1; }
+    echo "debian13: holder $pid, tree $(cat "$st/tree"), checkout $(cat "$st/project")," \
+        "daemons $(cat "$st/daemons" 2>/dev/null || echo libvirtd)"
+    serves "$pid" || { echo "debian13: not this checkout's ($project) or not $daemons: run up"
+                       return 1; }
     in_ns "$pid" virsh -q -c qemu:///system version || return 1
     in_ns "$pid" virsh -q -c qemu:///system list --all
 }

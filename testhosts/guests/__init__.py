@@ -56,9 +56,8 @@ __all__ = [
     "BlockInfo", "DeviceEvents", "EMBED_CAPS_SEEDS", "EMBED_QEMU_CONF", "Guests",
     "KVM_FAILURE_MARKERS", "LoopDevice", "LoopDeviceError", "NAME_PREFIX", "QemuIoError",
     "ReadOnlyWrite", "SYSTEM_SOCKETS", "SYSTEM_URI", "block_info", "detach_and_wait",
-    "domain_log_path",
-    "embed_root_of", "embed_uri", "ensure_event_loop", "guest_xml", "ignore_gone",
-    "kvm_available", "loop_devices_of", "open_connection", "prepare_embed_root",
+    "domain_log_path", "embed_root_of", "embed_uri", "ensure_event_loop", "guest_xml",
+    "ignore_gone", "kvm_available", "loop_devices_of", "open_connection", "prepare_embed_root",
     "process_embed_root", "qemu_io", "query_block", "quiet_libvirt_errors", "read_pattern",
     "save_capabilities", "seed_capabilities", "sparse_file", "system_daemon", "write_pattern",
 ]
