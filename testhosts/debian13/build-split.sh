@@ -26,7 +26,8 @@ ec073ef64c50ab8732d7a3887a73500d9ebcbc87b1e927d4ec69ea5c58539325  libvirt_$debia
 # left out here)
 build_deps="meson ninja-build gcc pkg-config libglib2.0-dev libgnutls28-dev libxml2-dev
 libxml2-utils libtirpc-dev libjson-c-dev libudev-dev libpciaccess-dev libcap-ng-dev libacl1-dev
-libattr1-dev libnl-3-dev libnl-route-3-dev xsltproc python3-docutils perl xz-utils patch gettext libselinux1-dev"
+libattr1-dev libnl-3-dev libnl-route-3-dev libselinux1-dev xsltproc python3-docutils perl xz-utils
+patch gettext"
 # Debian's own options for what is built, the drivers a compute host does not need turned off.
 # libselinux and ACLs are what libvirt needs to give each QEMU a /dev of its own (its "mount"
 # namespace): without them QEMU sees the host's /dev, and its image locks then span guests.
@@ -56,7 +57,7 @@ now() { date +%s.%N; }
 
 # ---- inside: the build itself, in a private mount namespace, chrooted into the overlay ---------
 if [ "${1:-}" = --inside ]; then
-    root=$2 stage=$3
+    root=$2 stage=$3   # the stage's path inside the root
     mount --rbind /proc "$root/proc"; mount --rbind /sys "$root/sys"; mount --rbind /dev "$root/dev"
     mount --bind /etc/resolv.conf "$root/etc/resolv.conf"
     in_root() {
@@ -77,7 +78,7 @@ if [ "${1:-}" = --inside ]; then
         >/build/meson.log 2>&1 ||
         { tail -n 40 /build/meson.log; exit 1; }"
     in_root ninja -C "$src/build" -j "$(nproc)" >/dev/null
-    in_root env DESTDIR=/stage meson install -C "$src/build" --no-rebuild --quiet >/dev/null
+    in_root env DESTDIR="$stage" meson install -C "$src/build" --no-rebuild --quiet >/dev/null
     exit 0
 fi
 
