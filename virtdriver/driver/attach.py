@@ -36,7 +36,7 @@ from virtdriver.errors import (
 from virtdriver.hypervisor.access import why_attach_refused
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.dataid import data_identity
-from virtdriver.hypervisor.domains import DiskUse, DomainsView, DomainXml, ListedDomain
+from virtdriver.hypervisor.domains import DiskUse, DomainsView, DomainXml
 from virtdriver.hypervisor.locks import GuestFile, guest_lock
 from virtdriver.hypervisor.mounts import check_guest_sees
 from virtdriver.hypervisor.targets import bus_for, pick_target
@@ -148,35 +148,25 @@ def _read_host(host: ComputeHost, instances: Sequence[str],
     """Every guest once; each target's lock file is opened, and its attach generation read,
     before its disks (``opened`` closes the files whose lock is never taken)."""
     lock_dir = host.options.lock_dir
-    try:
-        listed = host.connection.list_domains()
-        found = [_find_listed(host, listed, instance) for instance in instances]
+    try:  # one lookup per target (InstanceNotFound for a guest that is not here)
+        uuids = [host.connection.domain(instance).UUIDString() for instance in instances]
     except libvirt.libvirtError as exc:
         raise HypervisorError("cannot read the host's guests", libvirt_message(exc)) from None
-    if len({d.uuid for d in found}) != len(found):
+    if len(set(uuids)) != len(uuids):
         raise InvalidAttachRequest("the same guest is named twice (by name and by UUID)")
     files = []
-    for d in found:
-        files.append(GuestFile(lock_dir, d.uuid))
+    for uuid in uuids:
+        files.append(GuestFile(lock_dir, uuid))
         opened.callback(files[-1].close)
     view = host.shared_view()  # read after the volume's lock and the generations: shared
     by_uuid = {d.listed.uuid: d for d in view.domains}  # by the attaches of a storm
     targets = []
-    for instance, domain, file in zip(instances, found, files):
-        if domain.uuid not in by_uuid:  # vanished between the listing and the read
+    for instance, uuid, file in zip(instances, uuids, files):
+        if uuid not in by_uuid:  # vanished between the lookup and the read
             host.connection.domain(instance)  # raises InstanceNotFound
             raise HypervisorError(f"guest {instance!r} changed while it was being read")
-        targets.append(Target(by_uuid[domain.uuid], file))
+        targets.append(Target(by_uuid[uuid], file))
     return targets, view
-
-
-def _find_listed(host: ComputeHost, listed: list[ListedDomain], instance: str) -> ListedDomain:
-    found = next((d for d in listed if d.is_instance(instance)), None)
-    if found is not None:
-        return found
-    dom = host.connection.domain(instance)  # defined meanwhile, or InstanceNotFound
-    return ListedDomain(dom, dom.name(), dom.UUIDString(), bool(dom.isActive()),
-                        bool(dom.isPersistent()))
 
 
 def _attach_all(host: ComputeHost, request: VolumeRequest, targets: list[Target],
