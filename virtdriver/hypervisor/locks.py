@@ -26,6 +26,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,26 +88,66 @@ def _acquire(fd: int, path: str, what: str, timeout: float,
     start = time.monotonic()
     notice = start + (min(notice_after, timeout / 2) if bounded else notice_after)
     deadline = start + max(0.0, timeout) if bounded else float("inf")
-    # flock has no timed wait: poll with a growing pause (at most 50 ms), bounded in total.
-    pause = 0.001
-    while True:
+    waiter = _KernelWait(fd, kind) if deadline > start else None
+    try:
+        if waiter is not None and not waiter.wait(notice - start):
+            LOG.warning("waiting for %s: %s holds its lock; waiting up to %s", what,
+                        _holder(fd) or "another operation (its pid is not recorded)",
+                        f"{timeout:g} s (--lock-timeout)" if bounded else "without limit")
+            waiter.wait(deadline - time.monotonic())
+    finally:
+        taken = waiter is not None and waiter.stop()  # one taken after the bound is given back
+    if waiter is not None and waiter.error is not None:
+        raise StateError(f"cannot lock {path}: {waiter.error.strerror or waiter.error}")
+    if not taken:
+        holder = _holder(fd) or "holder unknown"
+        raise LockTimeout(f"{what} is busy: another operation ({holder}) has held its "
+                          f"lock for more than {timeout:g} s; try again later (or wait "
+                          "longer: --lock-timeout)")
+
+
+class _KernelWait:
+    """A blocking ``flock`` in a thread of its own: flock has no timed wait, this has one.
+
+    The thread locks a duplicate of the descriptor: the lock belongs to the open file, which
+    both share, so the caller holds it once the thread has it. It is woken the moment the
+    holder lets go, with no polling. If the caller stops waiting first, the thread gives
+    back the lock it takes later.
+    """
+
+    def __init__(self, fd: int, kind: int) -> None:
+        self._fd, self._kind = os.dup(fd), kind
+        self._state = threading.Lock()
+        self._given_up = False
+        self._done = threading.Event()
+        self.error: OSError | None = None
+        threading.Thread(target=self._take, name="virtdriver-lock-wait", daemon=True).start()
+
+    def _take(self) -> None:
         try:
-            fcntl.flock(fd, kind | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            now = time.monotonic()
-            if now >= deadline:
-                holder = _holder(fd) or "holder unknown"
-                raise LockTimeout(f"{what} is busy: another operation ({holder}) has held its "
-                                  f"lock for more than {timeout:g} s; try again later (or wait "
-                                  "longer: --lock-timeout)") from None
-            if now >= notice:
-                notice = float("inf")
-                LOG.warning("waiting for %s: %s holds its lock; waiting up to %s", what,
-                            _holder(fd) or "another operation (its pid is not recorded)",
-                            f"{timeout:g} s (--lock-timeout)" if bounded else "without limit")
-            time.sleep(pause)
-            pause = min(pause * 2, 0.05)
+            fcntl.flock(self._fd, self._kind)
+        except OSError as exc:
+            self.error = exc
+        with self._state:
+            self._done.set()
+            give_back = self._given_up and self.error is None
+        try:
+            if give_back:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            os.close(self._fd)  # the caller's descriptor keeps a lock it took
+
+    def wait(self, seconds: float) -> bool:
+        """Whether the lock was taken (or failed) within ``seconds``."""
+        return self._done.wait(None if seconds == float("inf") else max(0.0, seconds))
+
+    def stop(self) -> bool:
+        """Stop waiting: ``True`` when the lock is held, else it is given back once taken."""
+        with self._state:
+            if not self._done.is_set():
+                self._given_up = True
+                return False
+        return self.error is None
 
 
 NOTE_WIDTH = 200  # bytes of a holder's note, padded: one pwrite replaces the last note
