@@ -1,8 +1,10 @@
 """Attach storms in one process (#45, item 5): concurrent attaches share reads of the host, and
-every decision still sees what was attached before its volume's lock was taken."""
+every decision still sees what was attached before its volume's lock was taken; attaches of one
+multiattach volume that wait for its lock together are done as one."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -10,7 +12,8 @@ import pytest
 
 from testhosts.guests import LoopDevice
 from tests.support.volumes import local_volume
-from virtdriver.errors import VolumeInUse
+from virtdriver.errors import InstanceNotFound, VolumeInUse
+from virtdriver.hypervisor.locks import volume_lock
 
 pytestmark = pytest.mark.hypervisor
 
@@ -66,3 +69,60 @@ def test_many_volumes_to_many_guests_at_once_each_lands_once(guests, volume_driv
     finally:
         for loop in loops:
             loop.detach()
+
+
+def attach_waiting_together(volume_driver, info: dict, names: list[str]) -> list:
+    """Each name's attach_volume from a thread of its own, all asked while the volume's lock is
+    held here, so that they wait for it together; their outcomes, in order."""
+    host = volume_driver.compute_host
+    vid = info["data"]["volume_id"]
+    with ThreadPoolExecutor(len(names)) as pool:
+        with volume_lock(host.options.lock_dir, vid):
+            futures = [pool.submit(volume_driver.attach_volume, info, n) for n in names]
+            every = threading.Event()
+            while not any(len(b.items) == len(names) for b in list(host.attach_batches._open
+                                                                     .values())):
+                assert not any(f.done() for f in futures), [f.exception() for f in futures]
+                every.wait(0.01)
+        return [f.exception(120) or f.result() for f in futures]
+
+
+def test_one_multiattach_volume_asked_for_by_many_at_once_is_attached_together(
+        guests, volume_driver, caplog) -> None:
+    """Attaches of one multiattach volume that wait for its lock together are done as one;
+    when one of them cannot be done (its guest is not there), each is done alone: that one
+    fails with its own error, every other guest gets the disk once."""
+    doms = [guests.start(f"st{i}") for i in range(COUNT)]
+    names = [d.name() for d in doms]
+    caplog.set_level(logging.DEBUG, logger="virtdriver.driver.attach")
+    with LoopDevice(16 * MIB) as loop:
+        info = local_volume(loop.device, multiattach=True)
+        vid = info["data"]["volume_id"]
+        missing = names[0] + "-not-here"
+        outcomes = attach_waiting_together(volume_driver, info, [*names[:4], missing,
+                                                                 *names[4:]])
+        assert isinstance(outcomes[4], InstanceNotFound), outcomes
+        made = outcomes[:4] + outcomes[5:]
+        assert [m.server_name for m in made] == names
+        said = [r.getMessage() for r in caplog.records]
+        assert f"volume {vid}: {COUNT + 1} attaches waited together; attaching them as one" \
+            in said
+        assert any(m.startswith(f"volume {vid}: attaching {COUNT + 1} together failed")
+                   for m in said), said
+        for name in names:
+            disks = volume_driver.list_attachments(name)
+            assert [(a.volumeId, a.shareable) for a in disks] == [(vid, True)], disks
+        assert volume_driver.records.connected() == [vid]
+        for name in names:
+            volume_driver.detach_volume(name, vid)
+        assert volume_driver.records.connected() == []
+
+        caplog.clear()
+        outcomes = attach_waiting_together(volume_driver, info, names)
+        assert [o.server_name for o in outcomes] == names
+        said = [r.getMessage() for r in caplog.records]
+        assert f"volume {vid}: {COUNT} attaches waited together; attaching them as one" in said
+        assert not any("together failed" in m for m in said), said
+        assert all(len(volume_driver.list_attachments(n)) == 1 for n in names)
+        for name in names:
+            volume_driver.detach_volume(name, vid)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from virtdriver import arguments
 from virtdriver.attachment import Attachment
 from virtdriver.driver import attach as attach_steps
+from virtdriver.driver import attach_batch
 from virtdriver.driver import detach as detach_steps
 from virtdriver.driver import extend as extend_steps
 from virtdriver.driver import migrate as migrate_steps
@@ -147,8 +148,8 @@ class LibvirtVolumeDriver:
         connection_info, attach_mode = normalize(connection_info, attach_mode)
         placement = attach_steps.Placement(attach_mode, target_dev, bus, device, luks_secret_uuid,
                                            cache, error_policy, rerror_policy)
-        return attach_steps.attach(self.compute_host, connection_info, [instance], [placement],
-                                   allow_shared_write=allow_shared_write)[0]
+        return attach_batch.attach_one(self.compute_host, connection_info, instance, placement,
+                                       allow_shared_write=allow_shared_write)
 
     def attach_volume_to_many(self, connection_info: Mapping[str, Any],
                               instances: Sequence[str], *,

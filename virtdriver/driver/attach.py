@@ -36,7 +36,7 @@ from virtdriver.errors import (
 from virtdriver.hypervisor.access import why_attach_refused
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.dataid import data_identity
-from virtdriver.hypervisor.domains import DiskUse, DomainsView, DomainXml
+from virtdriver.hypervisor.domains import DiskUse, DomainsView, DomainXml, ListedDomain
 from virtdriver.hypervisor.locks import GuestFile, guest_lock
 from virtdriver.hypervisor.mounts import check_guest_sees
 from virtdriver.hypervisor.targets import bus_for, pick_target
@@ -97,12 +97,53 @@ def attach(host: ComputeHost, connection_info: Mapping[str, Any], instances: Seq
     ``allow_shared_write`` lets a second guest write a filesystem that is not a cluster one
     (:mod:`virtdriver.policy.filesystems`); the override is noted in the guests' metadata.
     """
+    request = prepare(host, connection_info, instances)
+    with locked(host, request):
+        done = attach_locked(host, request, instances, placements, progress=progress,
+                             max_parallel=max_parallel, allow_shared_write=allow_shared_write)
+    return done.finish(progress)
+
+
+def prepare(host: ComputeHost, connection_info: Mapping[str, Any],
+            instances: Sequence[str]) -> VolumeRequest:
+    """The request, checked as far as it can be before the volume's lock."""
     request = VolumeRequest.parse(connection_info, host.options.render_options())
     refuse_fan_out(request.vid, request.multiattach, list(instances))
     host.check_label_policy()
-    known = request.data_before_connect()  # what the data lock is taken for
-    with host.lock([request.vid], request.lock_data(known), "attach"), \
-            contextlib.ExitStack() as opened:
+    return request
+
+
+def locked(host: ComputeHost, request: VolumeRequest) -> contextlib.AbstractContextManager[None]:
+    """The volume's lock and its data's, as far as the data is known before the connect."""
+    known = request.data_before_connect()
+    return host.lock([request.vid], request.lock_data(known), "attach")
+
+
+@dataclass
+class Attached:
+    """What an attach made, and the overrides to note once the locks are released."""
+
+    results: list[Attachment]
+    instances: Sequence[str]
+    notes: list[tuple[ListedDomain, str, str]]
+
+    def finish(self, progress: Progress | None) -> list[Attachment]:
+        """Note each shared-write override in its guest, tell ``progress``, and return the
+        attachments."""
+        for listed, alias, overridden in self.notes:
+            shared_write.note(listed, alias, overridden)
+        if progress:
+            for name, attachment in zip(self.instances, self.results):
+                progress(name, attachment)
+        return self.results
+
+
+def attach_locked(host: ComputeHost, request: VolumeRequest, instances: Sequence[str],
+                  placements: Sequence[Placement], *, progress: Progress | None = None,
+                  max_parallel: int = 16, allow_shared_write: bool = False) -> Attached:
+    """:func:`attach` once the caller holds :func:`locked`."""
+    known = request.data_before_connect()
+    with contextlib.ExitStack() as opened:
         targets, view = _read_host(host, instances, opened)
         data = known if known is not None and known[0] != "key" else None
         uses = view.uses(request.vid, data)
@@ -133,14 +174,10 @@ def attach(host: ComputeHost, connection_info: Mapping[str, Any], instances: Seq
         except BaseException:
             host.drop_after_failure(request, used_before)
             raise
-    if overridden:
-        for target, attachment in zip(targets, results):
-            if attachment.attach_mode == "rw":
-                shared_write.note(target.domain.listed, aliases[target.uuid], overridden)
-    if progress:
-        for name, attachment in zip(instances, results):
-            progress(name, attachment)
-    return results
+    notes = [(target.domain.listed, aliases[target.uuid], overridden)
+             for target, attachment in zip(targets, results)
+             if overridden and attachment.attach_mode == "rw"]
+    return Attached(results, instances, notes)
 
 
 def _read_host(host: ComputeHost, instances: Sequence[str],

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import libvirt
 
+from virtdriver.driver.batches import Batches
 from virtdriver.driver.options import HostOptions
 from virtdriver.errors import (
     DamagedRecord,
@@ -54,6 +55,8 @@ class ComputeHost:
         self.connection = Connection(uri)
         self._records: HostConnections | None = None
         self._host_read = SharedRead(self.view)
+        # attaches of one volume waiting for its lock together (see driver.attach_batch)
+        self.attach_batches: Batches[Any, Any] = Batches()
 
     @property
     def records(self) -> HostConnections:

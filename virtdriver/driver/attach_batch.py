@@ -1,0 +1,66 @@
+"""One guest's attach: attaches of one volume that wait for its lock together are done as one.
+
+Many callers asking at once for one multiattach volume (a compute host starting many instances
+that share it) would otherwise take its lock in turn, each reading every guest again. Those that
+wait together are attached as one attach to many (:mod:`virtdriver.driver.batches`): one read of
+the host, one decision, one connect, parallel attaches. If that fails it is undone as a whole,
+and each is then attached alone, in turn, so every caller gets the outcome it would have had.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from virtdriver.attachment import Attachment
+from virtdriver.driver.attach import Attached, Placement, attach, attach_locked, locked, prepare
+from virtdriver.driver.compute_host import ComputeHost
+from virtdriver.secrets import redact, secret_values
+
+LOG = logging.getLogger(__name__)
+
+
+def attach_one(host: ComputeHost, connection_info: Mapping[str, Any], instance: str,
+               placement: Placement, *, allow_shared_write: bool = False) -> Attachment:
+    """Attach a volume to one guest.
+
+    Attaches of one multiattach volume that wait for its lock at the same time are done
+    together, as an attach to many: one read of the host, one connect, parallel attaches. If
+    that fails, each is then done alone, in turn, so every caller gets its own outcome.
+    """
+    request = prepare(host, connection_info, [instance])
+    if not request.multiattach:  # a second guest is refused anyway: nothing to share
+        return attach(host, connection_info, [instance], [placement],
+                      allow_shared_write=allow_shared_write)[0]
+
+    def run(take: Callable[[], list[tuple[str, Placement]]]) -> list[Attachment | BaseException]:
+        with locked(host, request):
+            batch = take()
+            together: Attached | None = None
+            if len(batch) > 1:
+                LOG.debug("volume %s: %d attaches waited together; attaching them as one",
+                          request.vid, len(batch))
+                try:
+                    together = attach_locked(host, request, [i for i, _ in batch],
+                                             [p for _, p in batch],
+                                             allow_shared_write=allow_shared_write)
+                except Exception as exc:  # noqa: BLE001 - undone; each is tried alone below
+                    LOG.debug("volume %s: attaching %d together failed (%s); each in turn",
+                              request.vid, len(batch),
+                              redact(str(exc), secret_values(request.info)))
+            alone: list[Attached | BaseException] = []
+            for one in batch if together is None else []:
+                try:
+                    alone.append(attach_locked(host, request, [one[0]], [one[1]],
+                                               allow_shared_write=allow_shared_write))
+                except Exception as exc:  # noqa: BLE001 - this caller's own outcome
+                    alone.append(exc)
+        if together is not None:  # the overrides are noted once the locks are released
+            return list(together.finish(None))
+        return [o if isinstance(o, BaseException) else o.finish(None)[0] for o in alone]
+
+    key = (request.vid, allow_shared_write,
+           json.dumps(request.info, sort_keys=True, default=str))
+    return host.attach_batches.submit(key, (instance, placement), run)
