@@ -94,7 +94,7 @@ def test_one_multiattach_volume_asked_for_by_many_at_once_is_attached_together(
     fails with its own error, every other guest gets the disk once."""
     doms = [guests.start(f"st{i}") for i in range(COUNT)]
     names = [d.name() for d in doms]
-    caplog.set_level(logging.DEBUG, logger="virtdriver.driver.attach")
+    caplog.set_level(logging.DEBUG, logger="virtdriver.driver.attach_batch")
     with LoopDevice(16 * MIB) as loop:
         info = local_volume(loop.device, multiattach=True)
         vid = info["data"]["volume_id"]

@@ -185,8 +185,8 @@ def _read_host(host: ComputeHost, instances: Sequence[str],
     """Every guest once; each target's lock file is opened, and its attach generation read,
     before its disks (``opened`` closes the files whose lock is never taken)."""
     lock_dir = host.options.lock_dir
-    try:  # one lookup per target (InstanceNotFound for a guest that is not here)
-        uuids = [host.connection.domain(instance).UUIDString() for instance in instances]
+    try:
+        uuids = _target_uuids(host, instances)
     except libvirt.libvirtError as exc:
         raise HypervisorError("cannot read the host's guests", libvirt_message(exc)) from None
     if len(set(uuids)) != len(uuids):
@@ -204,6 +204,17 @@ def _read_host(host: ComputeHost, instances: Sequence[str],
             raise HypervisorError(f"guest {instance!r} changed while it was being read")
         targets.append(Target(by_uuid[uuid], file))
     return targets, view
+
+
+def _target_uuids(host: ComputeHost, instances: Sequence[str]) -> list[str]:
+    """Each target's UUID: one lookup for one guest, one listing of the host for many
+    (:class:`InstanceNotFound` for a guest that is not here)."""
+    if len(instances) == 1:
+        return [host.connection.domain(instances[0]).UUIDString()]
+    listed = host.connection.list_domains()
+    return [next((d.uuid for d in listed if d.is_instance(instance)), None)
+            or host.connection.domain(instance).UUIDString()  # defined meanwhile, or not here
+            for instance in instances]
 
 
 def _attach_all(host: ComputeHost, request: VolumeRequest, targets: list[Target],
