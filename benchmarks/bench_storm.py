@@ -9,7 +9,8 @@ sees when many instances ask at once):
   connect is a no-op, so its own cost is not measured) to guest ``i``, each by its own
   ``attach_volume`` call; raw: the same rendered disks by ``attachDeviceFlags``;
 - **one volume**: one multiattach volume to every guest, each by its own ``attach_volume`` call
-  (they take the volume's lock in turn); raw: the same disk to every guest.
+  (those that wait for its lock together are attached as one); raw: the same disk to every
+  guest.
 
 Per attach: the seconds from the storm's start until that attach returned (the latency a caller
 sees). Per storm: the seconds until the last returned. Medians over ``--repeats`` storms, the two

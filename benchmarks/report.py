@@ -427,9 +427,10 @@ def main() -> None:
         "`benchmarks/bench_storm.py`: every attach started at once from a thread of its own, "
         "each a separate `attach_volume` call, against raw `attachDeviceFlags` doing the same "
         "from as many threads (#45). *Different volumes*: volume i to guest i (raw files, the "
-        "GPFS connector). *One volume*: one multiattach volume to every guest; its callers take "
-        "the volume's lock in turn, as they must (the sharing decision of each needs the "
-        "attachments made before it). Latency: from the storm's start until that attach "
+        "GPFS connector). *One volume*: one multiattach volume to every guest; the callers that "
+        "wait for its lock together are attached as one attach to many "
+        "(`driver/attach_batch.py`: one read of the host, one decision, parallel attaches). "
+        "Latency: from the storm's start until that attach "
         f"returned; medians over {storms[0]['repeats']} storms, the sides taking turns.",
         "",
         "| storm | attaches | raw total (s) | virtdriver total (s) | ratio | raw median / p95 / "
