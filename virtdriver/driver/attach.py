@@ -35,7 +35,7 @@ from virtdriver.errors import (
 )
 from virtdriver.hypervisor.access import why_attach_refused
 from virtdriver.hypervisor.connection import libvirt_message
-from virtdriver.hypervisor.dataid import data_identity
+from virtdriver.hypervisor.dataid import DataIdentity, data_identity
 from virtdriver.hypervisor.domains import DiskUse, DomainsView, DomainXml, ListedDomain
 from virtdriver.hypervisor.locks import GuestFile, guest_lock
 from virtdriver.hypervisor.mounts import check_guest_sees
@@ -98,8 +98,18 @@ def attach(host: ComputeHost, connection_info: Mapping[str, Any], instances: Seq
     (:mod:`virtdriver.policy.filesystems`); the override is noted in the guests' metadata.
     """
     request = prepare(host, connection_info, instances)
-    with locked(host, request):
-        done = attach_locked(host, request, instances, placements, progress=progress,
+    return attach_prepared(host, request, request.data_before_connect(), instances, placements,
+                           progress=progress, max_parallel=max_parallel,
+                           allow_shared_write=allow_shared_write)
+
+
+def attach_prepared(host: ComputeHost, request: VolumeRequest, known: DataIdentity | None,
+                    instances: Sequence[str], placements: Sequence[Placement], *,
+                    progress: Progress | None = None, max_parallel: int = 16,
+                    allow_shared_write: bool = False) -> list[Attachment]:
+    """:func:`attach` of a request :func:`prepare` made; ``known``: its data before the lock."""
+    with locked(host, request, known):
+        done = attach_locked(host, request, known, instances, placements, progress=progress,
                              max_parallel=max_parallel, allow_shared_write=allow_shared_write)
     return done.finish(progress)
 
@@ -113,9 +123,10 @@ def prepare(host: ComputeHost, connection_info: Mapping[str, Any],
     return request
 
 
-def locked(host: ComputeHost, request: VolumeRequest) -> contextlib.AbstractContextManager[None]:
-    """The volume's lock and its data's, as far as the data is known before the connect."""
-    known = request.data_before_connect()
+def locked(host: ComputeHost, request: VolumeRequest,
+           known: DataIdentity | None) -> contextlib.AbstractContextManager[None]:
+    """The volume's lock and the lock of its data as known before the connect (``known``,
+    from :meth:`VolumeRequest.data_before_connect`: the checks under the lock use it too)."""
     return host.lock([request.vid], request.lock_data(known), "attach")
 
 
@@ -138,11 +149,11 @@ class Attached:
         return self.results
 
 
-def attach_locked(host: ComputeHost, request: VolumeRequest, instances: Sequence[str],
-                  placements: Sequence[Placement], *, progress: Progress | None = None,
-                  max_parallel: int = 16, allow_shared_write: bool = False) -> Attached:
-    """:func:`attach` once the caller holds :func:`locked`."""
-    known = request.data_before_connect()
+def attach_locked(host: ComputeHost, request: VolumeRequest, known: DataIdentity | None,
+                  instances: Sequence[str], placements: Sequence[Placement], *,
+                  progress: Progress | None = None, max_parallel: int = 16,
+                  allow_shared_write: bool = False) -> Attached:
+    """:func:`attach` once the caller holds :func:`locked` for the same ``known``."""
     with contextlib.ExitStack() as opened:
         targets, view = _read_host(host, instances, opened)
         data = known if known is not None and known[0] != "key" else None

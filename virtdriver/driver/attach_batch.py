@@ -15,7 +15,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from virtdriver.attachment import Attachment
-from virtdriver.driver.attach import Attached, Placement, attach, attach_locked, locked, prepare
+from virtdriver.driver.attach import (
+    Attached,
+    Placement,
+    attach_locked,
+    attach_prepared,
+    locked,
+    prepare,
+)
 from virtdriver.driver.compute_host import ComputeHost
 from virtdriver.secrets import redact, secret_values
 
@@ -31,19 +38,20 @@ def attach_one(host: ComputeHost, connection_info: Mapping[str, Any], instance: 
     that fails, each is then done alone, in turn, so every caller gets its own outcome.
     """
     request = prepare(host, connection_info, [instance])
+    known = request.data_before_connect()
     if not request.multiattach:  # a second guest is refused anyway: nothing to share
-        return attach(host, connection_info, [instance], [placement],
-                      allow_shared_write=allow_shared_write)[0]
+        return attach_prepared(host, request, known, [instance], [placement],
+                               allow_shared_write=allow_shared_write)[0]
 
     def run(take: Callable[[], list[tuple[str, Placement]]]) -> list[Attachment | BaseException]:
-        with locked(host, request):
+        with locked(host, request, known):
             batch = take()
             together: Attached | None = None
             if len(batch) > 1:
                 LOG.debug("volume %s: %d attaches waited together; attaching them as one",
                           request.vid, len(batch))
                 try:
-                    together = attach_locked(host, request, [i for i, _ in batch],
+                    together = attach_locked(host, request, known, [i for i, _ in batch],
                                              [p for _, p in batch],
                                              allow_shared_write=allow_shared_write)
                 except Exception as exc:  # noqa: BLE001 - undone; each is tried alone below
@@ -51,12 +59,14 @@ def attach_one(host: ComputeHost, connection_info: Mapping[str, Any], instance: 
                               request.vid, len(batch),
                               redact(str(exc), secret_values(request.info)))
             alone: list[Attached | BaseException] = []
-            for one in batch if together is None else []:
-                try:
-                    alone.append(attach_locked(host, request, [one[0]], [one[1]],
-                                               allow_shared_write=allow_shared_write))
-                except Exception as exc:  # noqa: BLE001 - this caller's own outcome
-                    alone.append(exc)
+            if together is None:
+                for instance_, placement_ in batch:
+                    try:
+                        alone.append(attach_locked(host, request, known, [instance_],
+                                                   [placement_],
+                                                   allow_shared_write=allow_shared_write))
+                    except Exception as exc:  # noqa: BLE001 - this caller's own outcome
+                        alone.append(exc)
         if together is not None:  # the overrides are noted once the locks are released
             return list(together.finish(None))
         return [o if isinstance(o, BaseException) else o.finish(None)[0] for o in alone]
