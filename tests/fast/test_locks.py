@@ -1,48 +1,94 @@
-"""The per-volume and per-guest locks and the guest's attach generation (plain files)."""
+"""The per-volume and per-guest locks, and when each last changed hands (plain files)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from virtdriver.hypervisor.locks import GuestFile, guest_lock, lock_is_free
+from virtdriver.hypervisor.locks import (
+    NOTE_WIDTH,
+    guest_lock,
+    lock_is_free,
+    locks,
+    volume_lock,
+)
 
+GUEST = "0b7d1e52-7f2a-4a51-9a64-1f0e3c2b9d10"
+VID = "8c1d0b7e-3f4a-4e21-9b6c-2d7e5f1a0c33"
 
-def guest_generation(lock_dir: Path, guest: str) -> int:
-    """The generation as an attach reads it before taking the guest's lock."""
-    opened = GuestFile(lock_dir, guest)
-    opened.close()
-    return opened.generation
-
-
-BUMP = """
+HOLD = """
 import sys
 from pathlib import Path
 from virtdriver.hypervisor.locks import guest_lock
-with guest_lock(Path(sys.argv[1]), sys.argv[2]) as held:
-    held.changed()
+with guest_lock(Path(sys.argv[1]), sys.argv[2], operation="attach"):
+    print("held", flush=True)
+    if sys.argv[3] == "die":
+        sys.stdin.readline()  # killed here, holding the lock
 """
 
 
-def test_the_generation_starts_at_zero_and_rises_with_each_change(tmp_path: Path) -> None:
-    guest = "0b7d1e52-7f2a-4a51-9a64-1f0e3c2b9d10"
-    assert guest_generation(tmp_path, guest) == 0
-    with guest_lock(tmp_path, guest) as held:
-        assert held.generation == 0
-        held.changed()
-        held.changed()
-        assert guest_generation(tmp_path, guest) == 2  # readable without the lock
-    with guest_lock(tmp_path, guest) as held:
-        assert held.generation == 2
+def hold_in_another_process(lock_dir: Path, *, die: bool) -> None:
+    """A second process takes the guest's lock and lets go, or is killed holding it."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(lock_dir), GUEST,
+                             "die" if die else "go"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+    if die:
+        proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
 
 
-def test_another_process_sees_the_change_and_the_lock_is_free_after(tmp_path: Path) -> None:
-    guest = "5a1c9e7e-2d7b-4f0c-8a0e-6c2f1d9b3a47"
-    before = guest_generation(tmp_path, guest)
-    subprocess.run([sys.executable, "-c", BUMP, str(tmp_path), guest], check=True, timeout=60)
-    assert guest_generation(tmp_path, guest) == before + 1
-    assert lock_is_free(tmp_path, f"guest-{guest}")
+def test_a_lock_never_held_or_let_go_in_another_process_says_when(tmp_path: Path) -> None:
+    with guest_lock(tmp_path, GUEST) as first:  # nothing was ever done under a new file
+        assert first.settled_at == 0
+    before = time.monotonic_ns()
+    hold_in_another_process(tmp_path, die=False)
+    after = time.monotonic_ns()
+    with guest_lock(tmp_path, GUEST) as held:
+        assert before < held.settled_at < after  # the other process's release, not now
+
+
+def test_a_holder_killed_holding_the_lock_leaves_it_unsettled(tmp_path: Path) -> None:
+    """Whatever it changed has no release time: the next holder counts its own, not the
+    release before."""
+    hold_in_another_process(tmp_path, die=False)
+    hold_in_another_process(tmp_path, die=True)
+    killed = time.monotonic_ns()
+    with guest_lock(tmp_path, GUEST) as held:
+        assert held.settled_at > killed
+
+
+def test_a_release_time_from_another_clock_or_the_future_counts_as_now(tmp_path: Path) -> None:
+    lock_file = tmp_path / f"volume-{VID}.lock"
+    with volume_lock(tmp_path, VID):
+        pass
+    text = lock_file.read_bytes()
+    fields = text[NOTE_WIDTH:].split()
+    assert fields[0] == b"released" and fields[1].isdigit()
+    for stamp in (b"released 5 4026531834x", b"released %d %s" % (
+            time.monotonic_ns() + 10**15, fields[2])):  # another namespace; before a reboot
+        lock_file.write_bytes(text[:NOTE_WIDTH] + stamp.ljust(len(text) - NOTE_WIDTH))
+        taking = time.monotonic_ns()
+        with volume_lock(tmp_path, VID) as held:
+            assert taking <= held.settled_at <= time.monotonic_ns()
+
+
+def test_several_locks_settle_at_the_latest_and_a_change_moves_it_to_now(tmp_path: Path) -> None:
+    with volume_lock(tmp_path, VID):
+        pass
+    between = time.monotonic_ns()
+    with locks(tmp_path, ["other-volume"], [], operation="detach"):
+        pass
+    with locks(tmp_path, [VID, "other-volume"], [], operation="attach") as held:
+        assert held.settled_at > between  # the other volume let go later
+        settled = held.settled_at
+        held.changed()
+        assert held.settled_at > settled
+    assert os.stat(tmp_path / f"volume-{VID}.lock").st_size > NOTE_WIDTH
 
 
 def test_a_held_guest_lock_is_seen_as_held(tmp_path: Path) -> None:

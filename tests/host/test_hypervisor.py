@@ -253,8 +253,8 @@ def test_the_state_dir_holds_no_lock(tmp_path: Path, guests, volume_driver,
 
 def test_an_attach_that_lands_between_the_scan_and_the_guest_lock_is_seen(
         guests, volume_driver, tmp_path, mocker) -> None:
-    """The disks read with the host are reused under the guest lock only while the guest's
-    attach generation is unchanged. Another driver (its own process in real life, the same
+    """The disks read with the host are reused under the guest lock only while its lock last
+    changed hands before that read began. Another driver (its own process in real life, the same
     state directory) attaches a second volume to the guest in exactly that window: the first
     attach must notice, read the guest again and take the next free device."""
     from virtdriver import LibvirtVolumeDriver

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -31,7 +32,7 @@ def test_one_plain_volume_asked_for_by_many_at_once_goes_to_exactly_one(
 
     def read_all_the_time() -> None:
         while not stop.is_set():
-            volume_driver.compute_host.shared_view()
+            volume_driver.compute_host.shared_view(time.monotonic_ns())
 
     with LoopDevice(16 * MIB) as loop, ThreadPoolExecutor(COUNT + 1) as pool:
         info = local_volume(loop.device, multiattach=False)

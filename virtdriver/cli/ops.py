@@ -72,7 +72,7 @@ def _repair_labels(args: argparse.Namespace) -> int:
         for uuid, name in guests:
             # The guest's lock, as an attach holds it: the repair rewrites the whole definition.
             with guest_lock(options.lock_dir, uuid, timeout=options.lock_timeout,
-                            notice_after=options.lock_notice_after):
+                            notice_after=options.lock_notice_after, operation="repair labels"):
                 fixed_labels = repair_definition(conn, connection.domain(uuid), models)
             for fixed in fixed_labels:
                 say(f"{name}: removed the <seclabel model='{fixed.model}'> of disk "

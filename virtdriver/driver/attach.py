@@ -9,7 +9,6 @@ connected, so the host ends as it was.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from virtdriver.hypervisor.access import why_attach_refused
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.dataid import DataIdentity, data_identity
 from virtdriver.hypervisor.domains import DiskUse, DomainsView, DomainXml, ListedDomain
-from virtdriver.hypervisor.locks import GuestFile, guest_lock
+from virtdriver.hypervisor.locks import HeldLocks, guest_lock
 from virtdriver.hypervisor.mounts import check_guest_sees
 from virtdriver.hypervisor.targets import bus_for, pick_target
 from virtdriver.hypervisor.volume_users import Wanted
@@ -74,11 +73,10 @@ class Placement:
 
 @dataclass(frozen=True)
 class Target:
-    """A guest an attach goes to: its XML as read, and its lock file opened before (with its
-    attach generation read then)."""
+    """A guest an attach goes to: its XML as read with the host, and when that read began."""
 
     domain: DomainXml
-    file: GuestFile
+    read_at: int  # time.monotonic_ns()
 
     @property
     def name(self) -> str:
@@ -108,9 +106,10 @@ def attach_prepared(host: ComputeHost, request: VolumeRequest, known: DataIdenti
                     progress: Progress | None = None, max_parallel: int = 16,
                     allow_shared_write: bool = False) -> list[Attachment]:
     """:func:`attach` of a request :func:`prepare` made; ``known``: its data before the lock."""
-    with locked(host, request, known):
-        done = attach_locked(host, request, known, instances, placements, progress=progress,
-                             max_parallel=max_parallel, allow_shared_write=allow_shared_write)
+    with locked(host, request, known) as held:
+        done = attach_locked(host, held, request, known, instances, placements,
+                             progress=progress, max_parallel=max_parallel,
+                             allow_shared_write=allow_shared_write)
     return done.finish(progress)
 
 
@@ -123,8 +122,7 @@ def prepare(host: ComputeHost, connection_info: Mapping[str, Any],
     return request
 
 
-def locked(host: ComputeHost, request: VolumeRequest,
-           known: DataIdentity | None) -> contextlib.AbstractContextManager[None]:
+def locked(host: ComputeHost, request: VolumeRequest, known: DataIdentity | None) -> HeldLocks:
     """The volume's lock and the lock of its data as known before the connect (``known``,
     from :meth:`VolumeRequest.data_before_connect`: the checks under the lock use it too)."""
     return host.lock([request.vid], request.lock_data(known), "attach")
@@ -149,42 +147,43 @@ class Attached:
         return self.results
 
 
-def attach_locked(host: ComputeHost, request: VolumeRequest, known: DataIdentity | None,
-                  instances: Sequence[str], placements: Sequence[Placement], *,
-                  progress: Progress | None = None, max_parallel: int = 16,
-                  allow_shared_write: bool = False) -> Attached:
-    """:func:`attach` once the caller holds :func:`locked` for the same ``known``."""
-    with contextlib.ExitStack() as opened:
-        targets, view = _read_host(host, instances, opened)
-        data = known if known is not None and known[0] != "key" else None
-        uses = view.uses(request.vid, data)
-        for target, placement in zip(targets, placements):
-            if target.domain.listed.active:  # what libvirt cannot hot-plug, before any connect
-                check_hotplug_bus(placement.bus, "bus")
-            refuse_attach(request.vid, data, request.multiattach, target.uuid, target.name, uses)
-        used_before = users_of(request.vid, data, uses)
-        record = host.check_record(request.vid, view)  # the view: read under the same lock
-        attaching = False  # the connect's own typed errors (HostConnectFailed, ...) pass unchanged
-        per_guest: list[Attachment | Exception] = []  # each guest's outcome, once one failed
-        aliases: dict[str, str] = {}  # guest uuid -> the alias its disk got
-        try:
-            host.connect(request, record)
-            overridden = shared_write.check(request, [t.name for t in targets],
-                                            [p.mode for p in placements], used_before,
-                                            allow_shared_write)
-            attaching = True
-            results = _attach_all(host, request, targets, placements, view, max_parallel,
-                                  per_guest, aliases)
-        except VirtDriverError as exc:
-            host.drop_after_failure(request, used_before)
-            _report_failure(progress, instances, per_guest or [exc] * len(instances))
-            if isinstance(exc, (AttachFailed, InputError, PolicyRefusal)) or not attaching:
-                raise  # bad input and refusals keep their kind (and exit code)
-            raise AttachFailed(f"attaching volume {request.vid} failed",
-                               redact(str(exc), secret_values(request.info))) from None
-        except BaseException:
-            host.drop_after_failure(request, used_before)
-            raise
+def attach_locked(host: ComputeHost, held: HeldLocks, request: VolumeRequest,
+                  known: DataIdentity | None, instances: Sequence[str],
+                  placements: Sequence[Placement], *, progress: Progress | None = None,
+                  max_parallel: int = 16, allow_shared_write: bool = False) -> Attached:
+    """:func:`attach` once the caller holds :func:`locked` (``held``) for the same ``known``."""
+    targets, view = _read_host(host, instances, held.settled_at)
+    data = known if known is not None and known[0] != "key" else None
+    uses = view.uses(request.vid, data)
+    for target, placement in zip(targets, placements):
+        if target.domain.listed.active:  # what libvirt cannot hot-plug, before any connect
+            check_hotplug_bus(placement.bus, "bus")
+        refuse_attach(request.vid, data, request.multiattach, target.uuid, target.name, uses)
+    used_before = users_of(request.vid, data, uses)
+    record = host.check_record(request.vid, view)  # the view: read under the same lock
+    attaching = False  # the connect's own typed errors (HostConnectFailed, ...) pass unchanged
+    per_guest: list[Attachment | Exception] = []  # each guest's outcome, once one failed
+    aliases: dict[str, str] = {}  # guest uuid -> the alias its disk got
+    try:
+        host.connect(request, record)
+        overridden = shared_write.check(request, [t.name for t in targets],
+                                        [p.mode for p in placements], used_before,
+                                        allow_shared_write)
+        attaching = True
+        results = _attach_all(host, request, targets, placements, view, max_parallel,
+                              per_guest, aliases)
+    except VirtDriverError as exc:
+        host.drop_after_failure(request, used_before)
+        _report_failure(progress, instances, per_guest or [exc] * len(instances))
+        if isinstance(exc, (AttachFailed, InputError, PolicyRefusal)) or not attaching:
+            raise  # bad input and refusals keep their kind (and exit code)
+        raise AttachFailed(f"attaching volume {request.vid} failed",
+                           redact(str(exc), secret_values(request.info))) from None
+    except BaseException:
+        host.drop_after_failure(request, used_before)
+        raise
+    finally:  # a later decision under these locks rests on a read begun after this attach
+        held.changed()
     notes = [(target.domain.listed, aliases[target.uuid], overridden)
              for target, attachment in zip(targets, results)
              if overridden and attachment.attach_mode == "rw"]
@@ -192,28 +191,23 @@ def attach_locked(host: ComputeHost, request: VolumeRequest, known: DataIdentity
 
 
 def _read_host(host: ComputeHost, instances: Sequence[str],
-               opened: contextlib.ExitStack) -> tuple[list[Target], DomainsView]:
-    """Every guest once; each target's lock file is opened, and its attach generation read,
-    before its disks (``opened`` closes the files whose lock is never taken)."""
-    lock_dir = host.options.lock_dir
+               settled_at: int) -> tuple[list[Target], DomainsView]:
+    """The targets and every guest, read once; begun at or after ``settled_at``, when the
+    volume's locks last changed hands, so shared by the attaches of a storm."""
     try:
         uuids = _target_uuids(host, instances)
     except libvirt.libvirtError as exc:
         raise HypervisorError("cannot read the host's guests", libvirt_message(exc)) from None
     if len(set(uuids)) != len(uuids):
         raise InvalidAttachRequest("the same guest is named twice (by name and by UUID)")
-    files = []
-    for uuid in uuids:
-        files.append(GuestFile(lock_dir, uuid))
-        opened.callback(files[-1].close)
-    view = host.shared_view()  # read after the volume's lock and the generations: shared
-    by_uuid = {d.listed.uuid: d for d in view.domains}  # by the attaches of a storm
+    read_at, view = host.shared_view(settled_at)
+    by_uuid = {d.listed.uuid: d for d in view.domains}
     targets = []
-    for instance, uuid, file in zip(instances, uuids, files):
+    for instance, uuid in zip(instances, uuids):
         if uuid not in by_uuid:  # vanished between the lookup and the read
             host.connection.domain(instance)  # raises InstanceNotFound
             raise HypervisorError(f"guest {instance!r} changed while it was being read")
-        targets.append(Target(by_uuid[uuid], file))
+        targets.append(Target(by_uuid[uuid], read_at))
     return targets, view
 
 
@@ -274,55 +268,52 @@ def _attach_guest(host: ComputeHost, request: VolumeRequest, target: Target, pla
                   view: DomainsView, aliases: dict[str, str]) -> Attachment:
     # Volume locks do not stop two volumes being attached to one guest at once: choosing a free
     # target and attaching are serialized per guest. The disks read with the host are still
-    # current unless another attach raised the guest's generation meanwhile.
+    # current unless the guest's lock changed hands after that read began.
     with guest_lock(host.options.lock_dir, target.uuid, timeout=host.options.lock_timeout,
-                    notice_after=host.options.lock_notice_after, opened=target.file) as guest:
+                    notice_after=host.options.lock_notice_after) as guest:
         domain = target.domain
-        if guest.generation != target.file.generation:
+        if guest.settled_at >= target.read_at:
             try:
                 domain = domain.listed.read()
             except libvirt.libvirtError as exc:
                 raise HypervisorError(f"cannot read guest {target.name}",
                                       libvirt_message(exc)) from None
         listed, layout = domain.listed, domain.placement
+        has_scsi = any(kind == "scsi" for kind, _ in layout.controllers)
+        bus = placement.bus or bus_for(placement.target_dev, has_scsi)
+        dev, unit = pick_target(layout.disks, bus, placement.target_dev, listed.name,
+                                layout.other_drive_units)
+        taken = {d.alias.name for d in layout.disks if d.alias is not None and d.alias.name}
+        alias = alias_for(request.vid, taken)
+        disk = build_disk(request.info, attach_mode=placement.mode, target_dev=dev, bus=bus,
+                          device=placement.device, scsi_unit=unit,
+                          luks_secret_uuid=placement.luks_secret_uuid, alias=alias,
+                          cache=placement.cache, error_policy=placement.error_policy,
+                          rerror_policy=placement.rerror_policy, **host.render_kwargs())
+        data = data_identity(disk)
+        # This guest's disks as read now (it may have been read again), the others' from the
+        # host's read; each parsed only if it can hold the volume or its data.
+        wanted = Wanted(request.vid, data)
+        here = wanted.uses(domain.parsed.uses()) if domain.may_use(wanted) else []
+        others = [u for u in view.uses(request.vid, data) if u.guest_uuid != listed.uuid]
+        refuse_attach(request.vid, data, request.multiattach, listed.uuid, listed.name,
+                      others + here)
+        if listed.active and disk.source is not None and disk.source.file:
+            check_guest_sees(listed.uuid, listed.name, disk.source.file,
+                             str(host.options.mount_base))
+        flags = libvirt.VIR_DOMAIN_AFFECT_LIVE if listed.active else 0
+        if listed.persistent:
+            flags |= libvirt.VIR_DOMAIN_AFFECT_CONFIG
+        aliases[listed.uuid] = alias
         try:
-            has_scsi = any(kind == "scsi" for kind, _ in layout.controllers)
-            bus = placement.bus or bus_for(placement.target_dev, has_scsi)
-            dev, unit = pick_target(layout.disks, bus, placement.target_dev, listed.name,
-                                    layout.other_drive_units)
-            taken = {d.alias.name for d in layout.disks if d.alias is not None and d.alias.name}
-            alias = alias_for(request.vid, taken)
-            disk = build_disk(request.info, attach_mode=placement.mode, target_dev=dev, bus=bus,
-                              device=placement.device, scsi_unit=unit,
-                              luks_secret_uuid=placement.luks_secret_uuid, alias=alias,
-                              cache=placement.cache, error_policy=placement.error_policy,
-                              rerror_policy=placement.rerror_policy, **host.render_kwargs())
-            data = data_identity(disk)
-            # This guest's disks as read now (it may have been read again), the others' from the
-            # host's read; each parsed only if it can hold the volume or its data.
-            wanted = Wanted(request.vid, data)
-            here = wanted.uses(domain.parsed.uses()) if domain.may_use(wanted) else []
-            others = [u for u in view.uses(request.vid, data) if u.guest_uuid != listed.uuid]
-            refuse_attach(request.vid, data, request.multiattach, listed.uuid, listed.name,
-                          others + here)
-            if listed.active and disk.source is not None and disk.source.file:
-                check_guest_sees(listed.uuid, listed.name, disk.source.file,
-                                 str(host.options.mount_base))
-            flags = libvirt.VIR_DOMAIN_AFFECT_LIVE if listed.active else 0
-            if listed.persistent:
-                flags |= libvirt.VIR_DOMAIN_AFFECT_CONFIG
-            aliases[listed.uuid] = alias
-            try:
-                listed.dom.attachDeviceFlags(disk.to_xml(), flags)
-            except libvirt.libvirtError as exc:
-                raise AttachFailed(f"libvirt refused to attach volume {request.vid} to "
-                                   f"{listed.name}", why_attach_refused(
-                                       listed.dom, disk, libvirt_message(exc), request.info,
-                                       host.options.label_policy)) from None
-            if listed.active and disk.readonly and disk.type in ("block", "file"):
-                host.after_readonly_hotplug(listed.dom, listed.name, listed.uuid)
-        finally:
-            guest.changed()
+            listed.dom.attachDeviceFlags(disk.to_xml(), flags)
+        except libvirt.libvirtError as exc:
+            raise AttachFailed(f"libvirt refused to attach volume {request.vid} to "
+                               f"{listed.name}", why_attach_refused(
+                                   listed.dom, disk, libvirt_message(exc), request.info,
+                                   host.options.label_policy)) from None
+        if listed.active and disk.readonly and disk.type in ("block", "file"):
+            host.after_readonly_hotplug(listed.dom, listed.name, listed.uuid)
     attachment = Attachment.from_use(DiskUse(listed.name, listed.uuid, listed.active,
                                              listed.active, disk), volume=request.vid)
     assert attachment is not None  # the disk was rendered with its alias and target

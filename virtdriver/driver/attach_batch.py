@@ -44,14 +44,14 @@ def attach_one(host: ComputeHost, connection_info: Mapping[str, Any], instance: 
                                allow_shared_write=allow_shared_write)[0]
 
     def run(take: Callable[[], list[tuple[str, Placement]]]) -> list[Attachment | BaseException]:
-        with locked(host, request, known):
+        with locked(host, request, known) as held:
             batch = take()
             together: Attached | None = None
             if len(batch) > 1:
                 LOG.debug("volume %s: %d attaches waited together; attaching them as one",
                           request.vid, len(batch))
                 try:
-                    together = attach_locked(host, request, known, [i for i, _ in batch],
+                    together = attach_locked(host, held, request, known, [i for i, _ in batch],
                                              [p for _, p in batch],
                                              allow_shared_write=allow_shared_write)
                 except Exception as exc:  # noqa: BLE001 - undone; each is tried alone below
@@ -62,7 +62,7 @@ def attach_one(host: ComputeHost, connection_info: Mapping[str, Any], instance: 
             if together is None:
                 for instance_, placement_ in batch:
                     try:
-                        alone.append(attach_locked(host, request, known, [instance_],
+                        alone.append(attach_locked(host, held, request, known, [instance_],
                                                    [placement_],
                                                    allow_shared_write=allow_shared_write))
                     except Exception as exc:  # noqa: BLE001 - this caller's own outcome

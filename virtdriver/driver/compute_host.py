@@ -33,7 +33,7 @@ from virtdriver.hypervisor.domains import (
     ListedDomain,
     read_domains,
 )
-from virtdriver.hypervisor.locks import locks
+from virtdriver.hypervisor.locks import HeldLocks, locks
 from virtdriver.hypervisor.sharedread import SharedRead
 from virtdriver.hypervisor.volume_users import VERBATIM_TEXT
 from virtdriver.policy.sharing import Use, still_used
@@ -70,8 +70,7 @@ class ComputeHost:
 
     # ---- locks ----------------------------------------------------------------------------------
 
-    def lock(self, volumes: list[str], data: list[tuple[str, str]],
-             operation: str) -> contextlib.AbstractContextManager[None]:
+    def lock(self, volumes: list[str], data: list[tuple[str, str]], operation: str) -> HeldLocks:
         """The volumes' and their data's locks (see :mod:`virtdriver.hypervisor.locks`)."""
         return locks(self.options.lock_dir, volumes, data, operation=operation,
                      timeout=self.options.lock_timeout,
@@ -147,10 +146,11 @@ class ComputeHost:
         uses, records = self._arriving(view.present())
         return DomainsView(domains, uses, records)
 
-    def shared_view(self) -> DomainsView:
-        """:meth:`view` of every guest, read after this call began; concurrent callers (an
-        attach storm) share one read (see :mod:`virtdriver.hypervisor.sharedread`)."""
-        return self._host_read.get()
+    def shared_view(self, settled_at: int) -> tuple[int, DomainsView]:
+        """:meth:`view` of every guest, begun at or after ``settled_at`` (``monotonic_ns``), and
+        when it began; concurrent callers (an attach storm) share one read (see
+        :mod:`virtdriver.hypervisor.sharedread`)."""
+        return self._host_read.get(settled_at)
 
     def states(self, mentioning: str | None = None) -> list[DomainState]:
         """Every guest on this host, parsed (see :meth:`DomainXml.state` for ``mentioning``)."""

@@ -99,7 +99,8 @@ class _Locked:
             volumes = sorted({u.volume for u in self.state.disks if u.volume})
             held = [self.compute_host.lock(volumes, [], "migrate its guest to another host"),
                     guest_lock(self.compute_host.options.lock_dir, self.state.uuid,
-                               timeout=self.compute_host.options.lock_timeout)]
+                               timeout=self.compute_host.options.lock_timeout,
+                               operation="migrate the guest to another host")]
             try:
                 for lock in held:
                     lock.__enter__()

@@ -4,10 +4,18 @@
 - A **data lock** serializes everything done to one piece of data (a device, a file, a network
   volume; :mod:`virtdriver.hypervisor.dataid`) whatever volume id names it, so two attaches of
   different ids that point at one device cannot both pass the sharing check.
-- A **guest lock** serializes target choice and attach per guest; its file also holds a
-  generation number that every attach raises while it holds the lock. An attach reads the number
-  before it reads the guest's disks; finding it unchanged once it holds the lock proves that the
-  disks already read are still current.
+- A **guest lock** serializes target choice and attach per guest.
+
+Every lock file also says when its last holder let go (:attr:`HeldLocks.settled_at`): every change
+made under the lock was done by then, so a read of the host begun later sees all of them. An
+attach holding its volume's locks may therefore use a read begun before it took them, and a
+guest's disks read before its lock stay current while the guest settled before that read began.
+A holder that dies leaves "held" instead: its successor then counts the moment it took the lock.
+A file nobody has held yet is empty: nothing was done under it. (Lock files are never removed: a
+removed one would stop excluding, and would lose its time with it.)
+The times are ``CLOCK_MONOTONIC``, one clock for the whole host, unless a process runs in a time
+namespace of its own (Linux 5.6): the file names the namespace, and a stamp from another counts
+as unknown.
 
 Why not fasteners or oslo.concurrency: their inter-process locks are POSIX record locks
 (``lockf``), which belong to the process, so two threads of one process (attach-many attaches
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import threading
@@ -38,7 +47,6 @@ DEFAULT_TIMEOUT = 300.0  # seconds; a host connect (an iSCSI scan) can take minu
 NOTICE_AFTER = 2.0  # seconds of waiting for a lock before the wait is said
 LOG = logging.getLogger("virtdriver.locks")
 MAX_NAME = 160  # characters of an encoded id kept in a file name; longer ids are hashed
-GENERATION_WIDTH = 20  # digits, written in place with one pwrite
 
 
 def file_token(volume_id: str) -> str:
@@ -151,12 +159,45 @@ class _KernelWait:
 
 
 NOTE_WIDTH = 200  # bytes of a holder's note, padded: one pwrite replaces the last note
+STAMP_WIDTH = 64  # bytes after the note: "held", or "released <monotonic ns> <time namespace>"
 
 
-def _note_holder(fd: int, operation: str) -> None:
+@functools.cache
+def _time_namespace() -> str:
+    """This process's time namespace (``0`` on kernels without them: one clock for all)."""
+    try:
+        return str(os.stat("/proc/self/ns/time").st_ino)
+    except OSError:
+        return "0"
+
+
+def _take_over(fd: int, operation: str) -> int:
+    """Note the new holder (and "held") in the lock file; returns when the previous holder let
+    go (:attr:`HeldLocks.settled_at`): 0 if none ever held it, now if the file does not say."""
+    now = time.monotonic_ns()
+    try:
+        text = os.pread(fd, NOTE_WIDTH + STAMP_WIDTH, 0)
+    except OSError:
+        text = b"unreadable"
+    fields = text[NOTE_WIDTH:].split()
+    settled = now if text else 0  # an empty file: nothing was ever done under it
+    if len(fields) == 3 and fields[0] == b"released" and fields[1].isdigit() \
+            and fields[2].decode("ascii", "replace") == _time_namespace():
+        settled = min(int(fields[1]), now)  # a larger one is from before a reboot
     note = f"pid {os.getpid()}, {operation}, since {time.strftime('%H:%M:%S')}".encode()
     with contextlib.suppress(OSError):
-        os.pwrite(fd, note[:NOTE_WIDTH].ljust(NOTE_WIDTH), 0)
+        os.pwrite(fd, note[:NOTE_WIDTH].ljust(NOTE_WIDTH) + b"held".ljust(STAMP_WIDTH), 0)
+    return settled
+
+
+def _let_go(fd: int) -> None:
+    """Say in the lock file that its holder is done (every change made), then release it."""
+    try:
+        stamp = f"released {time.monotonic_ns()} {_time_namespace()}".encode()
+        with contextlib.suppress(OSError):  # "held" stays: the next holder counts its own time
+            os.pwrite(fd, stamp.ljust(STAMP_WIDTH), NOTE_WIDTH)
+    finally:
+        os.close(fd)  # closing the last descriptor releases the lock
 
 
 def _volume_file(lock_dir: Path, volume_id: str) -> tuple[str, str]:
@@ -171,29 +212,29 @@ def _data_file(lock_dir: Path, token: str, described: str) -> tuple[str, str]:
 
 def volume_lock(lock_dir: Path, volume_id: str, *, operation: str = "an operation",
                 timeout: float = DEFAULT_TIMEOUT,
-                notice_after: float = NOTICE_AFTER) -> contextlib.AbstractContextManager[None]:
+                notice_after: float = NOTICE_AFTER) -> HeldLocks:
     """Hold the exclusive lock of ``volume_id`` (threads and processes alike)."""
-    return _Locks([_volume_file(lock_dir, volume_id)], operation, timeout, notice_after)
+    return HeldLocks([_volume_file(lock_dir, volume_id)], operation, timeout, notice_after)
 
 
 def data_lock(lock_dir: Path, token: str, described: str, *, operation: str = "an operation",
               timeout: float = DEFAULT_TIMEOUT,
-              notice_after: float = NOTICE_AFTER) -> contextlib.AbstractContextManager[None]:
+              notice_after: float = NOTICE_AFTER) -> HeldLocks:
     """Hold the exclusive lock of one piece of data (``token`` from ``dataid.identity_token``)."""
-    return _Locks([_data_file(lock_dir, token, described)], operation, timeout, notice_after)
+    return HeldLocks([_data_file(lock_dir, token, described)], operation, timeout, notice_after)
 
 
 def locks(lock_dir: Path, volumes: list[str], data: list[tuple[str, str]], *, operation: str,
           timeout: float = DEFAULT_TIMEOUT,
-          notice_after: float = NOTICE_AFTER) -> contextlib.AbstractContextManager[None]:
+          notice_after: float = NOTICE_AFTER) -> HeldLocks:
     """Volume locks, then data locks, each set in sorted order (so two callers never deadlock)."""
     described = dict(sorted(data, reverse=True))  # one lock per token, whoever names it
     wanted = ([_volume_file(lock_dir, vid) for vid in sorted(set(volumes))]
               + [_data_file(lock_dir, token, described[token]) for token in sorted(described)])
-    return _Locks(wanted, operation, timeout, notice_after)
+    return HeldLocks(wanted, operation, timeout, notice_after)
 
 
-class _Locks(contextlib.AbstractContextManager[None]):
+class HeldLocks(contextlib.AbstractContextManager["HeldLocks"]):
     """Lock files taken in the given order from ``__enter__`` to ``__exit__``, released in the
     reverse order (a class, not a generator: the attach path takes these on every call). The
     single locks (:func:`volume_lock`, :func:`data_lock`) are a list of one."""
@@ -203,24 +244,31 @@ class _Locks(contextlib.AbstractContextManager[None]):
         self._wanted = wanted
         self._operation, self._timeout, self._notice_after = operation, timeout, notice_after
         self._held: list[int] = []
+        self.settled_at = 0
+        """``time.monotonic_ns()`` by which every change made under these locks was done."""
 
-    def __enter__(self) -> None:
+    def __enter__(self) -> HeldLocks:
         try:
             for path, what in self._wanted:
                 fd = _open(path)
                 self._held.append(fd)
                 _acquire(fd, path, what, self._timeout, self._notice_after)
-                _note_holder(fd, self._operation)
+                self.settled_at = max(self.settled_at, _take_over(fd, self._operation))
         except BaseException:
             self._release()
             raise
+        return self
 
     def __exit__(self, *exc: object) -> None:
         self._release()
 
+    def changed(self) -> None:
+        """Record that the holder changed something: later reads must begin after now."""
+        self.settled_at = time.monotonic_ns()
+
     def _release(self) -> None:
         while self._held:
-            os.close(self._held.pop())  # closing the last descriptor releases the lock
+            _let_go(self._held.pop())
 
 
 @contextlib.contextmanager
@@ -242,66 +290,30 @@ def _guest_lock_path(lock_dir: Path, guest_uuid: str) -> str:
     return f"{lock_dir}/volume-guest-{guest_uuid}.lock"
 
 
-def _read_generation(fd: int) -> int:
-    raw = os.pread(fd, GENERATION_WIDTH, 0)
-    return int(raw) if raw.strip().isdigit() else 0
-
-
-class GuestFile:
-    """A guest's lock file, opened once per attach before its lock is taken.
-
-    :attr:`generation` is the attach generation read then (without the lock), and
-    :func:`guest_lock` given this file locks the same descriptor later. The lock's release
-    closes it; :meth:`close` closes it if the lock was never taken.
-    """
-
-    def __init__(self, lock_dir: Path, guest_uuid: str) -> None:
-        self.path = _guest_lock_path(lock_dir, guest_uuid)
-        self.fd: int | None = _open(self.path)
-        try:
-            self.generation = _read_generation(self.fd)
-        except OSError:
-            self.generation = 0  # unreadable: the attach reads the guest again
-
-    def take(self) -> int:
-        """The open descriptor, now the lock's to close."""
-        fd, self.fd = self.fd, None
-        if fd is None:
-            raise StateError(f"the lock file {self.path} was used already")
-        return fd
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.take())
-
-
 class GuestLock:
-    """A held guest lock: :attr:`generation` as found, :meth:`changed` to raise it."""
+    """A held guest lock: :attr:`settled_at`, when its previous holder let go."""
 
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-        self.generation = _read_generation(fd)
-
-    def changed(self) -> None:
-        """Record that the guest's devices changed (call before the lock is released)."""
-        self.generation += 1
-        os.pwrite(self._fd, str(self.generation).zfill(GENERATION_WIDTH).encode(), 0)
+    def __init__(self, fd: int, operation: str) -> None:
+        self.settled_at = _take_over(fd, operation)
 
 
 @contextlib.contextmanager
 def guest_lock(lock_dir: Path, guest_uuid: str, *, timeout: float = DEFAULT_TIMEOUT,
                notice_after: float = NOTICE_AFTER,
-               opened: GuestFile | None = None) -> Iterator[GuestLock]:
-    """Hold the exclusive lock of one guest (target choice and attach are serialized per guest).
-    ``opened``: the guest's lock file as :class:`GuestFile` opened it (its descriptor is locked,
-    and closed when the lock is released)."""
+               operation: str = "attach") -> Iterator[GuestLock]:
+    """Hold the exclusive lock of one guest (target choice and attach are serialized per
+    guest); its release says when, so the guest's disks read before then are known stale."""
     path = _guest_lock_path(lock_dir, guest_uuid)
-    fd = opened.take() if opened is not None else _open(path)
+    fd = _open(path)
     try:
         _acquire(fd, path, f"guest {guest_uuid}", timeout, notice_after)
-        yield GuestLock(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    try:
+        yield GuestLock(fd, operation)
+    finally:
+        _let_go(fd)
 
 
 def lock_is_free(lock_dir: Path, volume_id: str) -> bool:

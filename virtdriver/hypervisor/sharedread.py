@@ -1,16 +1,17 @@
-"""One read of the host at a time; callers that ask during a read share the next one.
+"""One read of the host at a time, shared by every caller it can serve.
 
-A decision taken under a volume's lock must rest on a read of the host that started after the
-lock was taken: then it sees every attachment made before. Each caller here gets the result of
-a read that started after it asked, so that holds; but when many attaches of different volumes
-ask at once (an attach storm), one read of every guest serves all who asked while the previous
-one ran, instead of each reading every guest. With one caller at a time it is a plain read.
-No lock is held while reading.
+A decision taken under a volume's locks must rest on a read of the host begun after the last
+change made under them (:attr:`virtdriver.hypervisor.locks.HeldLocks.settled_at`): then it sees
+every attachment made before. A caller joins the read under way when that read began late enough,
+else the next one, which all who ask meanwhile share. So in an attach storm of different volumes,
+each settled long before, one read of every guest serves every attach, instead of each reading
+every guest. No lock is held while reading.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -18,37 +19,44 @@ T = TypeVar("T")
 
 
 class _Round(Generic[T]):
-    """One read and the callers that share it."""
+    """One read, when it began, and the callers that share it."""
 
     def __init__(self) -> None:
+        self.began = 0
         self.done = False
         self.value: T | None = None
         self.error: BaseException | None = None
 
-    def result(self) -> T:
+    def result(self) -> tuple[int, T]:
         if self.error is not None:
             raise self.error
-        return self.value  # type: ignore[return-value]  # set when done without an error
+        return self.began, self.value  # type: ignore[return-value]  # set when done, no error
 
 
 class SharedRead(Generic[T]):
-    """``read()`` for every caller, shared by the callers that asked while another ran."""
+    """``read()`` for every caller, shared by the callers one read can serve."""
 
     def __init__(self, read: Callable[[], T]) -> None:
         self._read = read
         self._changed = threading.Condition()
-        self._running = False
-        self._waiting: _Round[T] | None = None  # the next read's callers, not started yet
+        self._running: _Round[T] | None = None
+        self._waiting: _Round[T] | None = None  # the next read's callers, not begun yet
 
-    def get(self) -> T:
-        """The result of a read that started after this call began."""
+    def get(self, settled_at: int) -> tuple[int, T]:
+        """When a read begun at or after ``settled_at`` (``time.monotonic_ns``) began, and its
+        result."""
         with self._changed:
-            if self._waiting is None:
-                self._waiting = _Round()
-            mine = self._waiting
+            running = self._running
+            if running is not None and running.began >= settled_at:
+                mine = running
+            else:
+                if self._waiting is None:
+                    self._waiting = _Round()
+                mine = self._waiting
             while not mine.done:
-                if not self._running and self._waiting is mine:
-                    self._running, self._waiting = True, None  # this caller reads for all
+                if self._running is None and self._waiting is mine:
+                    self._running, self._waiting = mine, None  # this caller reads for all
+                    mine.began = time.monotonic_ns()
                     break
                 self._changed.wait()
             else:
@@ -59,6 +67,6 @@ class SharedRead(Generic[T]):
             mine.error = exc
         finally:
             with self._changed:
-                mine.done, self._running = True, False
+                mine.done, self._running = True, None
                 self._changed.notify_all()
         return mine.result()
