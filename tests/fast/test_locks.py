@@ -9,8 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from virtdriver.driver.attach import read_from
+from virtdriver.errors import LockTimeout
 from virtdriver.hypervisor.locks import (
-    NOTE_WIDTH,
+    STAMP_WIDTH,
     guest_lock,
     lock_is_free,
     locks,
@@ -62,19 +66,50 @@ def test_a_holder_killed_holding_the_lock_leaves_it_unsettled(tmp_path: Path) ->
         assert held.settled_at > killed
 
 
-def test_a_release_time_from_another_clock_or_the_future_counts_as_now(tmp_path: Path) -> None:
+def test_a_release_time_from_another_clock_the_future_or_an_older_writer_counts_as_now(
+        tmp_path: Path) -> None:
     lock_file = tmp_path / f"volume-{VID}.lock"
     with volume_lock(tmp_path, VID):
         pass
     text = lock_file.read_bytes()
-    fields = text[NOTE_WIDTH:].split()
+    fields = text[:STAMP_WIDTH].split()
     assert fields[0] == b"released" and fields[1].isdigit()
-    for stamp in (b"released 5 4026531834x", b"released %d %s" % (
-            time.monotonic_ns() + 10**15, fields[2])):  # another namespace; before a reboot
-        lock_file.write_bytes(text[:NOTE_WIDTH] + stamp.ljust(len(text) - NOTE_WIDTH))
+    assert text[STAMP_WIDTH:].startswith(b"pid ")  # the holder's note follows
+    for first in (b"released 5 4026531834x",  # another time namespace
+                  b"released %d %s" % (time.monotonic_ns() + 10**15, fields[2]),  # pre-reboot
+                  b"pid 1, attach, since 10:00:00",  # an older virtdriver's note over it
+                  b"00000000000000000007"):  # an older virtdriver's guest generation
+        lock_file.write_bytes(first + text[len(first):])
         taking = time.monotonic_ns()
         with volume_lock(tmp_path, VID) as held:
             assert taking <= held.settled_at <= time.monotonic_ns()
+
+
+def test_a_wait_that_gives_up_leaves_the_holders_mark(tmp_path: Path) -> None:
+    """Only a holder stamps its release: a waiter that gave up must not say "released"."""
+    with volume_lock(tmp_path, VID):
+        with pytest.raises(LockTimeout):
+            with volume_lock(tmp_path, VID, timeout=0):
+                pass
+        assert (tmp_path / f"volume-{VID}.lock").read_bytes().startswith(b"held ")
+
+
+def test_a_decision_reads_after_the_ask_and_after_changes_its_data_lock_may_miss(
+        tmp_path: Path) -> None:
+    with volume_lock(tmp_path, VID):
+        pass
+    asked = time.monotonic_ns()
+    with volume_lock(tmp_path, VID) as held:
+        assert held.settled_at < asked < held.taken_at
+        # a file, a device, a network volume: the data lock others take too; the read may
+        # have begun before the locks were taken, not before the caller asked
+        for kind in ("inode", "dev", "net"):
+            assert read_from(held, (kind, "x"), asked) == asked
+        # a protocol's key, a path not there yet, nothing known: after the locks were taken
+        for known in (("key", "iqn", "1"), ("path", "/x"), None):
+            assert read_from(held, known, asked) == held.taken_at
+        held.changed()  # a second try under the same locks never uses the first one's read
+        assert read_from(held, ("inode", "x"), asked) == held.settled_at > asked
 
 
 def test_several_locks_settle_at_the_latest_and_a_change_moves_it_to_now(tmp_path: Path) -> None:
@@ -88,7 +123,7 @@ def test_several_locks_settle_at_the_latest_and_a_change_moves_it_to_now(tmp_pat
         settled = held.settled_at
         held.changed()
         assert held.settled_at > settled
-    assert os.stat(tmp_path / f"volume-{VID}.lock").st_size > NOTE_WIDTH
+    assert os.stat(tmp_path / f"volume-{VID}.lock").st_size > STAMP_WIDTH
 
 
 def test_a_held_guest_lock_is_seen_as_held(tmp_path: Path) -> None:

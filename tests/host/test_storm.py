@@ -5,16 +5,21 @@ multiattach volume that wait for its lock together are done as one."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import libvirt
 import pytest
 
 from testhosts.guests import LoopDevice
-from tests.support.volumes import local_volume
+from tests.support.volumes import file_volume, local_volume
+from virtdriver import build_disk
 from virtdriver.errors import InstanceNotFound, VolumeInUse
+from virtdriver.hypervisor.domains import DomainsView
 from virtdriver.hypervisor.locks import volume_lock
+from virtdriver.hypervisor.sharedread import SharedRead
 
 pytestmark = pytest.mark.hypervisor
 
@@ -50,6 +55,41 @@ def test_one_plain_volume_asked_for_by_many_at_once_goes_to_exactly_one(
         assert holders == [won[0].server_name]
         volume_driver.detach_volume(holders[0], info["data"]["volume_id"])
         assert volume_driver.records.connected() == []
+
+
+def test_a_disk_another_client_attached_before_the_call_is_seen_though_a_read_runs(
+        guests, volume_driver, tmp_path, mocker) -> None:
+    """A read under way may serve an attach whose locks settled before it began, but never one
+    asked for after it began: what virsh or nova attached just before the call is seen. Here a
+    read of the host begins (the real read; it then takes a second more to come back, as on a
+    big host), a file is attached to A through libvirt alone (no virtdriver lock knows of it),
+    and then the file is asked for under a new volume id for B."""
+    a, b = guests.start("seen-a"), guests.start("seen-b")
+    host = volume_driver.compute_host
+    real_view, began, release = host.view, threading.Event(), threading.Event()
+
+    def read_then_linger() -> DomainsView:
+        view = real_view()
+        if not began.is_set():
+            began.set()
+            assert release.wait(30)
+        return view
+
+    mocker.patch.object(host, "_host_read", SharedRead(read_then_linger))
+    image = tmp_path / "seen.raw"
+    image.write_bytes(b"")
+    os.truncate(image, MIB)
+    xml = build_disk(file_volume(str(image), multiattach=False), target_dev="sda", bus="scsi",
+                     scsi_unit=0).to_xml()
+    with ThreadPoolExecutor(1) as pool:
+        lingering = pool.submit(host.shared_view, time.monotonic_ns())
+        assert began.wait(30)
+        a.attachDeviceFlags(xml, libvirt.VIR_DOMAIN_AFFECT_LIVE)  # just before the call
+        threading.Timer(1.0, release.set).start()  # the call has asked by then
+        with pytest.raises(VolumeInUse):
+            volume_driver.attach_volume(file_volume(str(image), multiattach=False), b.name())
+        lingering.result(60)
+    assert volume_driver.list_attachments(b.name()) == []
 
 
 def test_many_volumes_to_many_guests_at_once_each_lands_once(guests, volume_driver) -> None:

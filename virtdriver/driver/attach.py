@@ -9,6 +9,7 @@ connected, so the host ends as it was.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -95,20 +96,22 @@ def attach(host: ComputeHost, connection_info: Mapping[str, Any], instances: Seq
     ``allow_shared_write`` lets a second guest write a filesystem that is not a cluster one
     (:mod:`virtdriver.policy.filesystems`); the override is noted in the guests' metadata.
     """
+    asked_at = time.monotonic_ns()
     request = prepare(host, connection_info, instances)
     return attach_prepared(host, request, request.data_before_connect(), instances, placements,
-                           progress=progress, max_parallel=max_parallel,
+                           asked_at=asked_at, progress=progress, max_parallel=max_parallel,
                            allow_shared_write=allow_shared_write)
 
 
 def attach_prepared(host: ComputeHost, request: VolumeRequest, known: DataIdentity | None,
-                    instances: Sequence[str], placements: Sequence[Placement], *,
+                    instances: Sequence[str], placements: Sequence[Placement], *, asked_at: int,
                     progress: Progress | None = None, max_parallel: int = 16,
                     allow_shared_write: bool = False) -> list[Attachment]:
-    """:func:`attach` of a request :func:`prepare` made; ``known``: its data before the lock."""
+    """:func:`attach` of a request :func:`prepare` made; ``known``: its data before the lock,
+    ``asked_at``: ``time.monotonic_ns()`` when the caller asked."""
     with locked(host, request, known) as held:
         done = attach_locked(host, held, request, known, instances, placements,
-                             progress=progress, max_parallel=max_parallel,
+                             asked_at=asked_at, progress=progress, max_parallel=max_parallel,
                              allow_shared_write=allow_shared_write)
     return done.finish(progress)
 
@@ -149,10 +152,11 @@ class Attached:
 
 def attach_locked(host: ComputeHost, held: HeldLocks, request: VolumeRequest,
                   known: DataIdentity | None, instances: Sequence[str],
-                  placements: Sequence[Placement], *, progress: Progress | None = None,
-                  max_parallel: int = 16, allow_shared_write: bool = False) -> Attached:
+                  placements: Sequence[Placement], *, asked_at: int,
+                  progress: Progress | None = None, max_parallel: int = 16,
+                  allow_shared_write: bool = False) -> Attached:
     """:func:`attach` once the caller holds :func:`locked` (``held``) for the same ``known``."""
-    targets, view = _read_host(host, instances, held.settled_at)
+    targets, view = _read_host(host, instances, read_from(held, known, asked_at))
     data = known if known is not None and known[0] != "key" else None
     uses = view.uses(request.vid, data)
     for target, placement in zip(targets, placements):
@@ -190,10 +194,23 @@ def attach_locked(host: ComputeHost, held: HeldLocks, request: VolumeRequest,
     return Attached(results, instances, notes)
 
 
+def read_from(held: HeldLocks, known: DataIdentity | None, asked_at: int) -> int:
+    """When the host's read for a decision under ``held`` may have begun, at the earliest.
+
+    After the caller asked (it sees what virsh or nova did before), and after the last change
+    made under its locks. The data lock covers every change to the data only when its identity
+    is final (a device, a file, a network volume): others lock it by the identity found after
+    their connect, which a protocol's key or a missing path is not. Then the read begins after
+    the locks were taken, as it always did.
+    """
+    covered = known is not None and known[0] in ("dev", "inode", "net")
+    return max(asked_at, held.settled_at if covered else held.taken_at)
+
+
 def _read_host(host: ComputeHost, instances: Sequence[str],
                settled_at: int) -> tuple[list[Target], DomainsView]:
-    """The targets and every guest, read once; begun at or after ``settled_at``, when the
-    volume's locks last changed hands, so shared by the attaches of a storm."""
+    """The targets and every guest, read once; begun at or after ``settled_at``
+    (:func:`read_from`), so shared by the attaches of a storm."""
     try:
         uuids = _target_uuids(host, instances)
     except libvirt.libvirtError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -37,22 +38,24 @@ def attach_one(host: ComputeHost, connection_info: Mapping[str, Any], instance: 
     together, as an attach to many: one read of the host, one connect, parallel attaches. If
     that fails, each is then done alone, in turn, so every caller gets its own outcome.
     """
+    asked_at = time.monotonic_ns()
     request = prepare(host, connection_info, [instance])
     known = request.data_before_connect()
     if not request.multiattach:  # a second guest is refused anyway: nothing to share
         return attach_prepared(host, request, known, [instance], [placement],
-                               allow_shared_write=allow_shared_write)[0]
+                               asked_at=asked_at, allow_shared_write=allow_shared_write)[0]
 
     def run(take: Callable[[], list[tuple[str, Placement]]]) -> list[Attachment | BaseException]:
         with locked(host, request, known) as held:
             batch = take()
+            asked_at = time.monotonic_ns()  # every member has asked by now
             together: Attached | None = None
             if len(batch) > 1:
                 LOG.debug("volume %s: %d attaches waited together; attaching them as one",
                           request.vid, len(batch))
                 try:
                     together = attach_locked(host, held, request, known, [i for i, _ in batch],
-                                             [p for _, p in batch],
+                                             [p for _, p in batch], asked_at=asked_at,
                                              allow_shared_write=allow_shared_write)
                 except Exception as exc:  # noqa: BLE001 - undone; each is tried alone below
                     LOG.debug("volume %s: attaching %d together failed (%s); each in turn",
@@ -63,7 +66,7 @@ def attach_one(host: ComputeHost, connection_info: Mapping[str, Any], instance: 
                 for instance_, placement_ in batch:
                     try:
                         alone.append(attach_locked(host, held, request, known, [instance_],
-                                                   [placement_],
+                                                   [placement_], asked_at=asked_at,
                                                    allow_shared_write=allow_shared_write))
                     except Exception as exc:  # noqa: BLE001 - this caller's own outcome
                         alone.append(exc)

@@ -7,22 +7,22 @@
 - A **guest lock** serializes target choice and attach per guest.
 
 Every lock file also says when its last holder let go (:attr:`HeldLocks.settled_at`): every change
-made under the lock was done by then, so a read of the host begun later sees all of them. An
-attach holding its volume's locks may therefore use a read begun before it took them, and a
+that holder made under the lock was done by then, so a read of the host begun later sees them. An
+attach whose data lock is the one every operation on that data takes may therefore use a read
+begun before it took its locks (but after it was asked: :mod:`virtdriver.driver.attach`), and a
 guest's disks read before its lock stay current while the guest settled before that read began.
 A holder that dies leaves "held" instead: its successor then counts the moment it took the lock.
 A file nobody has held yet is empty: nothing was done under it. (Lock files are never removed: a
-removed one would stop excluding, and would lose its time with it.)
-The times are ``CLOCK_MONOTONIC``, one clock for the whole host, unless a process runs in a time
-namespace of its own (Linux 5.6): the file names the namespace, and a stamp from another counts
-as unknown.
+removed one would stop excluding, and would lose its time with it.) The times are
+``CLOCK_MONOTONIC``, one clock for the whole host, unless a process runs in a time namespace of its
+own (Linux 5.6): the file names the namespace, and a stamp from another counts as unknown.
 
 Why not fasteners or oslo.concurrency: their inter-process locks are POSIX record locks
 (``lockf``), which belong to the process, so two threads of one process (attach-many attaches
 guests in parallel) would not exclude each other; ``flock`` belongs to the open file description.
 The kernel drops a lock when its holder dies, so a crash never leaves a volume locked. Waits are
 bounded: past ``timeout`` a :class:`~virtdriver.errors.LockTimeout` names the holder, which each
-holder writes into its volume or data lock file. A wait that lasts longer than ``notice_after``
+holder writes into its lock file. A wait that lasts longer than ``notice_after``
 seconds (:data:`NOTICE_AFTER`, at most half the timeout) is said once, as a warning of the
 ``virtdriver.locks`` logger that the CLI shows: what it waits for, who holds it, for how long it
 will wait.
@@ -73,11 +73,12 @@ def _open(path: str) -> int:
 
 
 def _holder(fd: int) -> str:
+    """The holder's note (see :func:`_take_over`), or nothing."""
     try:
-        text = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+        text = os.pread(fd, NOTE_WIDTH, STAMP_WIDTH).decode("utf-8", "replace").strip()
     except OSError:
         return ""
-    return text if text and not text.isdigit() else ""
+    return text if text.startswith("pid ") else ""
 
 
 def _acquire(fd: int, path: str, what: str, timeout: float,
@@ -158,8 +159,8 @@ class _KernelWait:
         return self.error is None
 
 
-NOTE_WIDTH = 200  # bytes of a holder's note, padded: one pwrite replaces the last note
-STAMP_WIDTH = 64  # bytes after the note: "held", or "released <monotonic ns> <time namespace>"
+STAMP_WIDTH = 64  # the file's first bytes: "held", or "released <monotonic ns> <time namespace>"
+NOTE_WIDTH = 200  # bytes of a holder's note after the stamp, padded: one pwrite replaces both
 
 
 @functools.cache
@@ -171,22 +172,33 @@ def _time_namespace() -> str:
         return "0"
 
 
-def _take_over(fd: int, operation: str) -> int:
+def _take_over(fd: int, path: str, operation: str) -> int:
     """Note the new holder (and "held") in the lock file; returns when the previous holder let
-    go (:attr:`HeldLocks.settled_at`): 0 if none ever held it, now if the file does not say."""
+    go (:attr:`HeldLocks.settled_at`): 0 if none ever held it, now if the file does not say.
+
+    The stamp comes first: an older virtdriver's note (bytes 0-200) or a guest's attach
+    generation (bytes 0-20) written over it makes it unreadable, which counts as now.
+    """
     now = time.monotonic_ns()
     try:
-        text = os.pread(fd, NOTE_WIDTH + STAMP_WIDTH, 0)
+        fields = os.pread(fd, STAMP_WIDTH, 0).split()
     except OSError:
-        text = b"unreadable"
-    fields = text[NOTE_WIDTH:].split()
-    settled = now if text else 0  # an empty file: nothing was ever done under it
+        fields = [b"unreadable"]
+    settled = now if fields else 0  # an empty file: nothing was ever done under it
     if len(fields) == 3 and fields[0] == b"released" and fields[1].isdigit() \
             and fields[2].decode("ascii", "replace") == _time_namespace():
         settled = min(int(fields[1]), now)  # a larger one is from before a reboot
     note = f"pid {os.getpid()}, {operation}, since {time.strftime('%H:%M:%S')}".encode()
-    with contextlib.suppress(OSError):
-        os.pwrite(fd, note[:NOTE_WIDTH].ljust(NOTE_WIDTH) + b"held".ljust(STAMP_WIDTH), 0)
+    text = b"held".ljust(STAMP_WIDTH) + note[:NOTE_WIDTH].ljust(NOTE_WIDTH)
+    try:
+        written = os.pwrite(fd, text, 0)
+    except OSError as exc:
+        written, problem = 0, exc.strerror or str(exc)
+    else:
+        problem = "a short write"
+    if written != len(text):  # a later holder would trust the time of the release before
+        raise StateError(f"cannot write the lock file {path}: {problem} (check the state "
+                         "directory)")
     return settled
 
 
@@ -195,7 +207,7 @@ def _let_go(fd: int) -> None:
     try:
         stamp = f"released {time.monotonic_ns()} {_time_namespace()}".encode()
         with contextlib.suppress(OSError):  # "held" stays: the next holder counts its own time
-            os.pwrite(fd, stamp.ljust(STAMP_WIDTH), NOTE_WIDTH)
+            os.pwrite(fd, stamp.ljust(STAMP_WIDTH), 0)
     finally:
         os.close(fd)  # closing the last descriptor releases the lock
 
@@ -246,17 +258,24 @@ class HeldLocks(contextlib.AbstractContextManager["HeldLocks"]):
         self._held: list[int] = []
         self.settled_at = 0
         """``time.monotonic_ns()`` by which every change made under these locks was done."""
+        self.taken_at = 0
+        """``time.monotonic_ns()`` once all were taken (or this holder last changed something)."""
 
     def __enter__(self) -> HeldLocks:
         try:
             for path, what in self._wanted:
                 fd = _open(path)
+                try:
+                    _acquire(fd, path, what, self._timeout, self._notice_after)
+                except BaseException:
+                    os.close(fd)  # never held: its holder's "held" stays as it is
+                    raise
                 self._held.append(fd)
-                _acquire(fd, path, what, self._timeout, self._notice_after)
-                self.settled_at = max(self.settled_at, _take_over(fd, self._operation))
+                self.settled_at = max(self.settled_at, _take_over(fd, path, self._operation))
         except BaseException:
             self._release()
             raise
+        self.taken_at = time.monotonic_ns()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -264,7 +283,7 @@ class HeldLocks(contextlib.AbstractContextManager["HeldLocks"]):
 
     def changed(self) -> None:
         """Record that the holder changed something: later reads must begin after now."""
-        self.settled_at = time.monotonic_ns()
+        self.settled_at = self.taken_at = time.monotonic_ns()
 
     def _release(self) -> None:
         while self._held:
@@ -293,8 +312,8 @@ def _guest_lock_path(lock_dir: Path, guest_uuid: str) -> str:
 class GuestLock:
     """A held guest lock: :attr:`settled_at`, when its previous holder let go."""
 
-    def __init__(self, fd: int, operation: str) -> None:
-        self.settled_at = _take_over(fd, operation)
+    def __init__(self, fd: int, path: str, operation: str) -> None:
+        self.settled_at = _take_over(fd, path, operation)
 
 
 @contextlib.contextmanager
@@ -311,7 +330,12 @@ def guest_lock(lock_dir: Path, guest_uuid: str, *, timeout: float = DEFAULT_TIME
         os.close(fd)
         raise
     try:
-        yield GuestLock(fd, operation)
+        held = GuestLock(fd, path, operation)
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        yield held
     finally:
         _let_go(fd)
 
