@@ -208,8 +208,8 @@ def read_from(held: HeldLocks, known: DataIdentity | None, asked_at: int) -> int
 
 
 def _read_host(host: ComputeHost, instances: Sequence[str],
-               settled_at: int) -> tuple[list[Target], DomainsView]:
-    """The targets and every guest, read once; begun at or after ``settled_at``
+               not_before: int) -> tuple[list[Target], DomainsView]:
+    """The targets and every guest, read once; begun at or after ``not_before``
     (:func:`read_from`), so shared by the attaches of a storm."""
     try:
         uuids = _target_uuids(host, instances)
@@ -217,7 +217,7 @@ def _read_host(host: ComputeHost, instances: Sequence[str],
         raise HypervisorError("cannot read the host's guests", libvirt_message(exc)) from None
     if len(set(uuids)) != len(uuids):
         raise InvalidAttachRequest("the same guest is named twice (by name and by UUID)")
-    read_at, view = host.shared_view(settled_at)
+    read_at, view = host.shared_view(not_before)
     by_uuid = {d.listed.uuid: d for d in view.domains}
     targets = []
     for instance, uuid in zip(instances, uuids):

@@ -146,11 +146,11 @@ class ComputeHost:
         uses, records = self._arriving(view.present())
         return DomainsView(domains, uses, records)
 
-    def shared_view(self, settled_at: int) -> tuple[int, DomainsView]:
-        """:meth:`view` of every guest, begun at or after ``settled_at`` (``monotonic_ns``), and
+    def shared_view(self, not_before: int) -> tuple[int, DomainsView]:
+        """:meth:`view` of every guest, begun at or after ``not_before`` (``monotonic_ns``), and
         when it began; concurrent callers (an attach storm) share one read (see
         :mod:`virtdriver.hypervisor.sharedread`)."""
-        return self._host_read.get(settled_at)
+        return self._host_read.get(not_before)
 
     def states(self, mentioning: str | None = None) -> list[DomainState]:
         """Every guest on this host, parsed (see :meth:`DomainXml.state` for ``mentioning``)."""

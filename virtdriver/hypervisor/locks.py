@@ -326,13 +326,9 @@ def guest_lock(lock_dir: Path, guest_uuid: str, *, timeout: float = DEFAULT_TIME
     fd = _open(path)
     try:
         _acquire(fd, path, f"guest {guest_uuid}", timeout, notice_after)
-    except BaseException:
-        os.close(fd)
-        raise
-    try:
         held = GuestLock(fd, path, operation)
     except BaseException:
-        os.close(fd)
+        os.close(fd)  # not held, or its "held" mark unwritten: nothing to stamp
         raise
     try:
         yield held

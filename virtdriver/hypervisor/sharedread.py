@@ -1,11 +1,11 @@
 """One read of the host at a time, shared by every caller it can serve.
 
-A decision taken under a volume's locks must rest on a read of the host begun after the last
-change made under them (:attr:`virtdriver.hypervisor.locks.HeldLocks.settled_at`): then it sees
-every attachment made before. A caller joins the read under way when that read began late enough,
-else the next one, which all who ask meanwhile share. So in an attach storm of different volumes,
-each settled long before, one read of every guest serves every attach, instead of each reading
-every guest. No lock is held while reading.
+A decision taken under a volume's locks must rest on a read of the host begun after the caller
+asked and after the last change made under them (:func:`virtdriver.driver.attach.read_from`):
+then it sees every attachment made before. A caller joins the read under way when that read
+began late enough, else the next one, which all who ask meanwhile share. So in an attach storm of
+different volumes, each settled long before, one read of every guest serves every attach,
+instead of each reading every guest. No lock is held while reading.
 """
 
 from __future__ import annotations
@@ -42,12 +42,12 @@ class SharedRead(Generic[T]):
         self._running: _Round[T] | None = None
         self._waiting: _Round[T] | None = None  # the next read's callers, not begun yet
 
-    def get(self, settled_at: int) -> tuple[int, T]:
-        """When a read begun at or after ``settled_at`` (``time.monotonic_ns``) began, and its
+    def get(self, not_before: int) -> tuple[int, T]:
+        """When a read begun at or after ``not_before`` (``time.monotonic_ns``) began, and its
         result."""
         with self._changed:
             running = self._running
-            if running is not None and running.began >= settled_at:
+            if running is not None and running.began >= not_before:
                 mine = running
             else:
                 if self._waiting is None:
