@@ -81,12 +81,30 @@ if [ "$chosen" = 0 ]; then
 fi
 
 status=0
-# What each layer cost and how it ended, said last (CI shows the tail of this run's output).
+# What each layer cost and how it ended, said last (CI shows the tail of this run's output): one
+# line a layer with its wall time and the closing counts of its test runners. Each layer's whole
+# output, pytest's 25 slowest tests of the host layers among it, is kept in build/test-logs/.
+logs=$here/build/test-logs
+rm -rf "$logs" && mkdir -p "$logs"
 summary=()
+logged() {  # logged NAME COMMAND...: runs COMMAND, its output also kept in $logs/NAME.log
+    local log="$logs/${1//[^A-Za-z0-9._-]/-}.log"
+    shift
+    "$@" 2>&1 | tee -a "$log"
+    return "${PIPESTATUS[0]}"
+}
+tally() {  # tally NAME: the test runners' closing lines in NAME's log (pytest, stestr), one line
+    local log="$logs/${1//[^A-Za-z0-9._-]/-}.log"
+    [ -f "$log" ] || return 0
+    sed -E 's/^\[[^]]*\] *//; s/^pytest: //; s/^=+ //; s/ =+$//' "$log" \
+        | grep -E '^[0-9]+ (passed|failed|errors?|skipped|deselected)|^no tests ran|^ - (Passed|Failed|Skipped): [0-9]+' \
+        | awk '!seen[$0]++' | paste -sd ';' - || true
+}
 ran() {  # ran NAME STARTED RC: one line of the closing summary
-    local word=ok
+    local word=ok counts
     [ "$3" = 0 ] || { word="FAILED (exit $3)"; status=1; }
-    summary+=("$1: $word, $(( SECONDS - $2 )) s")
+    counts=$(tally "$1")
+    summary+=("$(printf '%-32s %6d s  %-16s %s' "$1" $(( SECONDS - $2 )) "$word" "$counts")")
 }
 started_backends=0 started_cinder=0 started_stack=0 started_openstack=0
 cleanup() {
@@ -95,6 +113,7 @@ cleanup() {
     if [ "$started_stack" = 1 ]; then testhosts/debian13/run.sh down || true; fi
     if [ "$started_cinder" = 1 ]; then ./scripts/test-cinder.sh down || true; fi
     if [ "$started_backends" = 1 ]; then ./scripts/test-backends.sh down || true; fi
+    echo "test.sh: layer                            time    result           counts" >&2
     for line in "${summary[@]}"; do echo "test.sh: $line" >&2; done
     echo "test.sh: the whole run took $SECONDS s, exit $status" >&2
 }
@@ -162,7 +181,8 @@ if [ "$hypervisor" = 1 ]; then
     folders=(tests/host tests/inguest)
     [ "$fast" = 1 ] && folders=(tests/fast "${folders[@]}")  # one session: fast and host tests
     t=$SECONDS rc=0
-    .venv/bin/python -m pytest $(layer "${folders[@]}") "$@" || rc=$?
+    logged "pytest ${folders[*]}" .venv/bin/python -m pytest --durations=25 \
+        $(layer "${folders[@]}") "$@" || rc=$?
     ran "pytest ${folders[*]}" "$t" "$rc"
     # The benchmark report in its quick mode (about half a minute, into a temporary directory):
     # it must keep running; benchmarks/report.py without --quick makes the committed report.
@@ -177,7 +197,7 @@ if [ "$hypervisor" = 1 ]; then
 elif [ "$fast" = 1 ]; then
     # both cores (pytest-xdist): the fast tests share no host state
     t=$SECONDS rc=0
-    .venv/bin/python -m pytest -q -n auto $(layer tests/fast) "$@" || rc=$?
+    logged "pytest tests/fast" .venv/bin/python -m pytest -q -n auto $(layer tests/fast) "$@" || rc=$?
     ran "pytest tests/fast" "$t" "$rc"
 fi
 in_stack() { testhosts/debian13/run.sh exec "$@"; }
@@ -195,10 +215,12 @@ case " $stack " in *" debian13 "*)
     if stack_up debian13 libvirtd; then
         # Python 3.13's fast layer, then the host tests against libvirt 11 and QEMU 10
         t=$SECONDS rc=0
-        in_stack python -m pytest -q -n auto -p no:cacheprovider $(layer tests/fast) "$@" || rc=$?
+        logged "debian13 tests/fast" in_stack python -m pytest -q -n auto -p no:cacheprovider \
+            $(layer tests/fast) "$@" || rc=$?
         ran "debian13 tests/fast" "$t" "$rc"
         t=$SECONDS rc=0
-        in_stack python -m pytest -p no:cacheprovider $(layer "${STACK_TESTS[@]}") "$@" || rc=$?
+        logged "debian13 host tests" in_stack python -m pytest -p no:cacheprovider --durations=25 \
+            $(layer "${STACK_TESTS[@]}") "$@" || rc=$?
         ran "debian13 host tests" "$t" "$rc"
     fi
 esac
@@ -206,13 +228,14 @@ case " $stack " in *" debian13-split "*)
     backends_up
     if stack_up debian13-split split; then  # (restarts a stack that runs libvirtd)
         t=$SECONDS rc=0
-        in_stack python -m pytest -p no:cacheprovider $(layer "${SPLIT_TESTS[@]}") "$@" || rc=$?
+        logged "debian13-split host tests" in_stack python -m pytest -p no:cacheprovider \
+            --durations=25 $(layer "${SPLIT_TESTS[@]}") "$@" || rc=$?
         ran "debian13-split host tests" "$t" "$rc"
     fi
 esac
 if [ "$nova" = 1 ]; then
     t=$SECONDS rc=0
-    ./scripts/nova-suite.sh || rc=$?
+    logged "nova suite" ./scripts/nova-suite.sh || rc=$?
     ran "nova suite" "$t" "$rc"
 fi
 if [ "$openstack" = 1 ]; then
@@ -226,11 +249,12 @@ if [ "$openstack" = 1 ]; then
     ran "openstack up" "$t" "$rc"
     if [ "$rc" = 0 ]; then
         t=$SECONDS rc=0
-        VD_OS_REQUIRED=1 .venv/bin/python -m pytest -p no:cacheprovider $(layer tests/openstack) \
-            "$@" || rc=$?
+        VD_OS_REQUIRED=1 logged "openstack tests/openstack" .venv/bin/python -m pytest \
+            -p no:cacheprovider --durations=25 $(layer tests/openstack) "$@" || rc=$?
         ran "openstack tests/openstack" "$t" "$rc"
         t=$SECONDS rc=0
-        VD_TEMPEST_RESULTS=$here/build/openstack testhosts/openstack/tempest/run.sh || rc=$?
+        VD_TEMPEST_RESULTS=$here/build/openstack logged "openstack tempest" \
+            testhosts/openstack/tempest/run.sh || rc=$?
         ran "openstack tempest" "$t" "$rc"
     fi
     if [ "$started_openstack" = 1 ]; then
@@ -244,7 +268,7 @@ if [ "$nested" = 1 ]; then
     # One VM at a time (2 cores): SELinux, then AppArmor; the image is built once for both.
     for lsm in selinux apparmor; do
         t=$SECONDS rc=0
-        ./scripts/test-nested.sh --lsm "$lsm" || rc=$?
+        logged "nested $lsm" ./scripts/test-nested.sh --lsm "$lsm" || rc=$?
         ran "nested $lsm" "$t" "$rc"
     done
 fi
