@@ -6,14 +6,15 @@ CVE-2023-2088). Before a guest gets the device, each of its paths (a multipath m
 compared with what the storage service said, where it said it:
 
 - iSCSI, iSER: the session's target name and the LUN (``target_iqn``/``target_lun``, or the
-  ``target_iqns``/``target_luns`` of every path);
+  ``target_iqns``/``target_luns`` of every path); a SCSI disk in no iSCSI session is not one;
 - Fibre Channel: the remote port's WWPN and the LUN (``target_wwn``/``target_wwns``,
   ``target_lun``);
 - NVMe-oF: the subsystem NQN, the namespace's UUID and NGUID (``target_nqn``/``nqn``,
   ``vol_uuid``/``uuid``, ``volume_nguid``/``nguid``);
 - RBD mapped by the kernel: the pool and image (``name``).
 
-A protocol or a fact connection_info does not state is not compared.
+A protocol or a fact connection_info does not state is not compared; a LUN it states in a
+spelling that is no LUN number (``true``, ``2.0``, ``"0x2"``) is a mismatch, never skipped.
 """
 
 from __future__ import annotations
@@ -51,9 +52,18 @@ def _texts(value: object) -> set[str]:
     return set()
 
 
-def _luns(value: object) -> set[int]:
-    values = value if isinstance(value, (list, tuple)) else [value]
-    return {int(v) for v in values if isinstance(v, int) or (isinstance(v, str) and v.isdigit())}
+def _luns(value: object) -> set[int] | str:
+    """The LUNs connection_info states (an integer or a decimal string each), or the one value
+    that is no LUN number (``true``, ``2.0``, ``"0x2"``): never compared loosely or skipped."""
+    values = value if isinstance(value, (list, tuple)) else [] if value is None else [value]
+    luns = set()
+    for v in values:
+        if isinstance(v, str) and v.isascii() and v.isdigit() and len(v) <= 20:
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            return repr(v)
+        luns.add(v)
+    return luns
 
 
 def _hex(value: str) -> str:
@@ -78,6 +88,8 @@ def mismatch(protocol: str | None, properties: Mapping[str, Any], device: object
 def _scsi_mismatch(protocol: str, properties: Mapping[str, Any],
                    disks: Iterable[str]) -> str | None:
     luns = _luns(properties.get("target_luns") or properties.get("target_lun"))
+    if isinstance(luns, str):
+        return f"connection_info's LUN {luns} is not a LUN number"
     if protocol == "FIBRE_CHANNEL":
         targets = {_hex(t) for t in _texts(properties.get("target_wwns")
                                             or properties.get("target_wwn"))}
@@ -92,6 +104,8 @@ def _scsi_mismatch(protocol: str, properties: Mapping[str, Any],
         if luns and lun not in luns:
             return (f"/dev/{disk} is LUN {lun}, connection_info says "
                     f"{' or '.join(map(str, sorted(luns)))}")
+        if protocol != "FIBRE_CHANNEL" and _iscsi_session(scsi) is None:
+            return f"/dev/{disk} is a SCSI disk in no iSCSI session"
         target = _scsi_target(protocol, scsi)
         if targets and target is not None and target not in targets:
             return f"/dev/{disk} belongs to target {target}, connection_info says " \
@@ -105,7 +119,7 @@ def _scsi_target(protocol: str, scsi: Path) -> str | None:
         target = scsi.parent.name  # targetH:C:T
         port = _read(SYS / "class" / "fc_transport" / target / "port_name")
         return _hex(port) if port else None
-    session = next((part for part in scsi.parts if re.fullmatch(r"session\d+", part)), None)
+    session = _iscsi_session(scsi)
     if session is None:
         return None
     return _read(SYS / "class" / "iscsi_session" / session / "targetname") or None
@@ -135,3 +149,8 @@ def _rbd_mismatch(properties: Mapping[str, Any], name: str) -> str | None:
     if found != "/" and found != wanted:
         return f"/dev/{name} maps {found}, connection_info says {wanted}"
     return None
+
+
+def _iscsi_session(scsi: Path) -> str | None:
+    """The iSCSI session (``sessionN``) a SCSI device's sysfs path runs through, if any."""
+    return next((part for part in scsi.parts if re.fullmatch(r"session\d+", part)), None)

@@ -216,6 +216,28 @@ def whole_number(value: Any) -> Any:
     return value
 
 
+def lun(value: Any, where: str, limit: int = 1 << 64) -> int:
+    """``value`` as a LUN number (a JSON integer or a decimal string below ``limit``); ``true``,
+    ``2.0`` or ``"0x2"`` is refused, as a spelling the device check would not compare."""
+    number = whole_number(value)
+    if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number < limit:
+        raise InvalidConnectionInfo(where, f"{show(value)} is not a LUN number")
+    return number
+
+
+def check_luns(data: Mapping[str, Any], limit: int = 1 << 64) -> None:
+    """Refuse a ``target_lun``, or an entry of ``target_luns``, that is not a LUN number."""
+    if data.get("target_lun") is not None:
+        lun(data["target_lun"], _where("target_lun"), limit)
+    luns = data.get("target_luns")
+    if luns is None:
+        return
+    if not isinstance(luns, list):
+        raise InvalidConnectionInfo(_where("target_luns"), f"{show(luns)} is not a list")
+    for i, value in enumerate(luns):
+        lun(value, f"{DATA}.target_luns[{i}]", limit)
+
+
 def optional_bool(data: Mapping[str, Any], key: str) -> bool:
     """``data[key]`` as a boolean: only ``true``/``false`` (or absent, false) are accepted.
 

@@ -21,21 +21,20 @@ from virtdriver.volume.base import (
     RenderOptions,
     VolumeSource,
     auth_username,
+    check_luns,
+    lun,
     optional_str,
     required_str,
     split_portal,
-    whole_number,
 )
 from virtdriver.volume.block import HostBlockDeviceDriver
 
 ISCSI_PORT = 3260
+MAX_LUN = 16384  # libiscsi's and the kernel initiator's (SAM's single-level) LUN numbers
 
 
 def lun_number(data: Mapping[str, Any]) -> int:
-    value = whole_number(data.get("target_lun", 0))
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 16384:
-        raise InvalidConnectionInfo(f"{DATA}.target_lun", f"{show(value)} is not a LUN number")
-    return value
+    return lun(data.get("target_lun", 0), f"{DATA}.target_lun", MAX_LUN)
 
 
 def chap_secret_usage(iqn: str, lun: int) -> str:
@@ -45,7 +44,9 @@ def chap_secret_usage(iqn: str, lun: int) -> str:
 
 def check_portals(data: Mapping[str, Any]) -> None:
     """The target's portals (``target_portal``, and ``target_portals`` for multipath), checked by
-    the one host rule even when the kernel's initiator, not QEMU, logs in to them."""
+    the one host rule even when the kernel's initiator, not QEMU, logs in to them; and its LUNs
+    (``target_lun``, ``target_luns``), which the connected device is compared with."""
+    check_luns(data, MAX_LUN)
     if data.get("target_portal") is not None:
         split_portal(required_str(data, "target_portal"), f"{DATA}.target_portal")
     portals = data.get("target_portals")
