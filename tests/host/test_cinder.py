@@ -229,3 +229,138 @@ def test_cinder_flow_without_a_compute_service(cinder, cinder_secret, multiattac
             cinder.delete_attachment(att["attachment_id"])
         cinder.wait_volume(vid, ("available", "error"))
         cinder.call("DELETE", f"/volumes/{vid}")
+
+
+def run_printed(command: str) -> subprocess.CompletedProcess[str]:
+    """A command virtdriver printed, run as an operator would (this venv's virtdriver)."""
+    import os
+    import sys
+
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    return subprocess.run(command, shell=True, capture_output=True, text=True, check=False,
+                          env=env)
+
+
+def test_extend_fix_for_a_read_only_guest_keeps_cinders_attachment(
+        cinder, cinder_secret, multiattach_type, backends, guests, tmp_path) -> None:
+    """extend names the ro guest its RBD node cannot reopen; the printed fix, run as printed,
+    brings it up to date AND leaves Cinder an attachment for it (a new one, ro)."""
+    import sys
+
+    vid = new_volume(cinder, multiattach_type)["id"]
+    state = tmp_path / "state"
+    a, b = guests.start("xa"), guests.start("xb")
+    driver = LibvirtVolumeDriver("qemu:///system", state_dir=state)
+    try:
+        base = ["--state-dir", str(state), "attach"]
+        assert cli(*base, a.name(), "--cinder", cinder.url, "--volume", vid) == 0
+        assert cli(*base, b.name(), "--cinder", cinder.url, "--volume", vid,
+                   "--attach-mode", "ro") == 0
+        a_att = cinder_flow_note(driver, a.name(), vid)
+        record = tmp_path / "volume.json"
+        record.write_text(json.dumps(cinder.call("GET", f"/attachments/{a_att}")))
+        image = cinder.call("GET", f"/attachments/{a_att}")["attachment"][
+            "connection_info"]["name"]
+        subprocess.run(["rbd", "-c", backends["VD_CEPH_CONF"], "--keyring",
+                        backends["VD_CEPH_ADMIN_KEYRING"], "resize", "--size", "2048M", image],
+                       check=True, capture_output=True, text=True)
+        done = subprocess.run([sys.executable, "-m", "virtdriver", "--state-dir", str(state),
+                               "extend", str(record), "--size", "2G"],
+                              capture_output=True, text=True, check=False)
+        assert done.returncode == 1, done.stderr
+        (line,) = done.stderr.splitlines()
+        assert f"{b.name()} shows {1 << 30} bytes" in line
+        expected = (f"virtdriver --state-dir {state} detach {b.name()} {vid} && virtdriver "
+                    f"--state-dir {state} attach {b.name()} --cinder {cinder.url} --volume "
+                    f"{vid} --attach-mode ro")
+        assert expected in line, line
+        fixed = run_printed(line.split("detach and attach it again through Cinder: ", 1)[1])
+        assert fixed.returncode == 0, fixed.stderr
+
+        alias = f"ua-{vid}"
+        assert block_info(b, alias).ro and not block_info(a, alias).ro
+        (att,) = driver.list_attachments(b.name())
+        assert b.blockInfo(att.device.removeprefix("/dev/"))[0] == 2 << 30
+        b_att = cinder_flow_note(driver, b.name(), vid)
+        attached = {x["attachment_id"] for x in cinder.volume(vid)["attachments"]}
+        assert attached == {a_att, b_att}  # Cinder still knows both guests
+        assert cinder.call("GET", f"/attachments/{b_att}")["attachment"]["attach_mode"] == "ro"
+        assert cinder_dangers(state, cinder, vid) == []
+        assert cli("--state-dir", str(state), "detach", a.name(), vid) == 0
+        assert cinder.volume(vid)["status"] == "in-use"  # B's use is still counted
+        assert cli("--state-dir", str(state), "detach", b.name(), vid) == 0
+        assert cinder.wait_volume(vid, ("available",))["attachments"] == []
+    finally:
+        cleanup_volume(cinder, vid)
+
+
+def test_audit_advice_after_a_swap_away_from_a_cinder_volume_works(
+        cinder, cinder_secret, guests, tmp_path) -> None:
+    """After a swap away from a volume attached with --cinder, audit names the attachment
+    left in Cinder and its advice, run as printed, deletes it (exit 0)."""
+    import shlex as shell
+
+    old, new = new_volume(cinder)["id"], new_volume(cinder)["id"]
+    state = tmp_path / "state"
+    a = guests.start("sw")
+    driver = LibvirtVolumeDriver("qemu:///system", state_dir=state)
+    made = []
+    try:
+        assert cli("--state-dir", str(state), "attach", a.name(), "--cinder", cinder.url,
+                   "--volume", old) == 0
+        old_att = cinder_flow_note(driver, a.name(), old)
+        old_file, new_file = tmp_path / "old.json", tmp_path / "new.json"
+        old_file.write_text(json.dumps(cinder.call("GET", f"/attachments/{old_att}")))
+        record = cinder.create_attachment(new, driver.connector_properties("rw"), "rw")
+        made.append(record["attachment"]["id"])
+        new_file.write_text(json.dumps(record))
+        assert cli("--state-dir", str(state), "swap", a.name(), str(old_file),
+                   str(new_file)) == 0
+        cinder.complete_attachment(made[0])
+
+        (danger,) = cinder_dangers(state, cinder, old)
+        assert old_att in danger and "no longer has the disk" in danger
+        advice = danger.split("'")[1]  # the command the danger names, quoted
+        assert advice == f"virtdriver detach {a.name()} {old}"
+        argv = shell.split(advice)
+        fixed = run_printed(shell.join([argv[0], "--state-dir", str(state), *argv[1:]]))
+        assert fixed.returncode == 0, fixed.stderr
+        assert f"Cinder attachment {old_att} deleted" in fixed.stdout
+        assert cinder.wait_volume(old, ("available",))["attachments"] == []
+        assert cinder_dangers(state, cinder, old) == []
+        assert [x.volumeId for x in driver.list_attachments(a.name())] == [new]
+        driver.detach_volume(a.name(), new)
+    finally:
+        for att in made:
+            cinder.delete_attachment(att, missing_ok=True)
+        cleanup_volume(cinder, old)
+        cleanup_volume(cinder, new)
+
+
+def cinder_flow_note(driver: LibvirtVolumeDriver, guest: str, vid: str) -> str:
+    """The Cinder attachment id ``attach --cinder`` remembered in the guest."""
+    from virtdriver.cinder import flow as cinder_flow
+
+    note = cinder_flow.recall(driver, guest, vid)
+    assert note is not None
+    return note[0]
+
+
+def cinder_dangers(state: Path, cinder: Cinder, vid: str) -> list[str]:
+    """``audit --cinder``'s ``cinder`` dangers of one volume (run in a child process)."""
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "virtdriver", "--state-dir", str(state),
+                           "audit", "--json", "--cinder", cinder.url],
+                          capture_output=True, text=True, check=False)
+    report = json.loads(done.stdout)
+    return [d["message"] for v in report["volumes"] if v["volume"] == vid
+            for d in v["dangers"] if d["kind"] == "cinder"]
+
+
+def cleanup_volume(cinder: Cinder, vid: str) -> None:
+    """Delete whatever attachments remain, then the volume."""
+    for att in cinder.volume(vid)["attachments"]:
+        cinder.delete_attachment(att["attachment_id"], missing_ok=True)
+    cinder.wait_volume(vid, ("available", "error"))
+    cinder.call("DELETE", f"/volumes/{vid}")

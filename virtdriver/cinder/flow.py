@@ -10,14 +10,14 @@ that attachment in Cinder once the guest let go.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import libvirt
 from lxml import etree
 
 from virtdriver.attachment import Attachment
 from virtdriver.cinder.client import Cinder
-from virtdriver.errors import CinderError, HypervisorError, VirtDriverError
+from virtdriver.errors import CinderError, HypervisorError, NotAttached, VirtDriverError
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.metadata import write_element
 
@@ -53,26 +53,42 @@ def attach(driver: Any, cinder: Cinder, instance: str, volume_id: str,
     return attached
 
 
+class Detached(NamedTuple):
+    """What :func:`detach` did: the Cinder attachment it deleted, and whether the guest still
+    had the disk (``False``: only Cinder's stale attachment was left, e.g. after a swap)."""
+
+    attachment: str | None
+    detached: bool
+
+
 def detach(driver: Any, instance: str, volume_id: str, cinder_url: str | None = None,
-           **kwargs: Any) -> str | None:
-    """Detach; then delete the Cinder attachment remembered for it (the attachment id, or
-    ``None`` when the volume was not attached through ``--cinder``)."""
+           **kwargs: Any) -> Detached:
+    """Detach; then delete the Cinder attachment remembered for it (``attachment`` ``None``
+    when the volume was not attached through ``--cinder``). A guest that no longer has the
+    disk but whose note remains (a swap took it away) only has that attachment deleted."""
     from virtdriver.policy.identity import check_instance, check_requested_volume_id
 
     check_instance(instance)
     check_requested_volume_id(volume_id)  # bad input before the guest is looked up
     note = recall(driver, instance, volume_id)
-    driver.detach_volume(instance, volume_id, **kwargs)
+    try:
+        driver.detach_volume(instance, volume_id, **kwargs)
+        detached = True
+    except NotAttached:
+        if note is None:
+            raise
+        detached = False
     if note is None:
-        return None
+        return Detached(None, detached)
     att_id, url = note
     try:
         Cinder(cinder_url or url).delete_attachment(att_id, missing_ok=True)  # gone: fine
     except VirtDriverError as exc:
-        raise CinderError(f"volume {volume_id} is detached from {instance}, but its Cinder "
+        state = "detached from" if detached else "no longer attached to"
+        raise CinderError(f"volume {volume_id} is {state} {instance}, but its Cinder "
                           f"attachment {att_id} remains: {exc}") from None
     forget(driver, instance, volume_id)
-    return att_id
+    return Detached(att_id, detached)
 
 
 # ---- the guest's notes ----------------------------------------------------------------------

@@ -169,10 +169,11 @@ def _attach_many(args: argparse.Namespace) -> int:
 def _detach(args: argparse.Namespace) -> int:
     from virtdriver.cinder import flow as cinder_flow
 
-    att_id = cinder_flow.detach(driver_for(args), args.domain, args.volume_id, args.cinder,
-                                timeout=args.timeout)
-    say(f"Volume {args.volume_id} detached from {args.domain}"
-          + (f"; Cinder attachment {att_id} deleted" if att_id else ""))
+    done = cinder_flow.detach(driver_for(args), args.domain, args.volume_id, args.cinder,
+                              timeout=args.timeout)
+    said = (f"Volume {args.volume_id} detached from {args.domain}" if done.detached else
+            f"Volume {args.volume_id} was no longer attached to {args.domain}")
+    say(said + (f"; Cinder attachment {done.attachment} deleted" if done.attachment else ""))
     return 0
 
 

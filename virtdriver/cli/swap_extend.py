@@ -114,8 +114,10 @@ def runnable(fix: str, args: argparse.Namespace, named: str) -> str:
         elif value != default:
             options += f" {flag} {shlex.quote(str(value))}"
     prefix = "".join(f" {flag} {shlex.quote(str(value))}" for flag, value in given)
-    return (fix.replace("virtdriver ", f"virtdriver{prefix} ")
-            .replace("CONNECTION_INFO", f"{named}{options}"))
+    fix = re.sub(r"--cinder \S+ --volume \S+", lambda m: m.group(0) + options, fix)
+    fix = re.sub(r"\bvirtdriver (?=(?:detach|attach|extend) )",
+                 lambda _: f"virtdriver{prefix} ", fix)
+    return fix.replace("CONNECTION_INFO", f"{named}{options}")
 
 
 def add_volume_commands(sub: Any) -> None:

@@ -12,6 +12,7 @@ partial success that looks like a whole one.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, TypedDict
@@ -179,22 +180,38 @@ def _show(dom: libvirt.virDomain, use: DiskUse, new_size: int,
         done = resize_disk(dom, use.disk, new_size)
     except HypervisorError as exc:
         return GuestSize(**base, size=current, how="failed", guest_notified=False,
-                         problem=str(exc), fix=_fix(use))
+                         problem=str(exc), fix=_fix(dom, use))
     if done.size != new_size:
         return GuestSize(**base, size=done.size, how="failed", guest_notified=False,
                          problem=f"QEMU reports {done.size} bytes after the {done.how}",
-                         fix=_fix(use))
+                         fix=_fix(dom, use))
     return GuestSize(**base, size=done.size, how=done.how, guest_notified=done.guest_notified)
 
 
-def _fix(use: DiskUse) -> str:
+def _fix(dom: libvirt.virDomain, use: DiskUse) -> str:
     """The one command that brings a guest left behind up to date."""
     if use.disk.readonly:  # (an explicit ro is taken from every shape: read-only wins)
+        detach = f"virtdriver detach {use.domain_name} {use.volume}"
+        cinder = _cinder_note(dom, use.volume)
+        if cinder is not None:  # detach deletes that attachment: attach makes a new one
+            return (f"detach and attach it again through Cinder: {detach} && virtdriver attach "
+                    f"{use.domain_name} --cinder {shlex.quote(cinder)} --volume {use.volume} "
+                    "--attach-mode ro")
         shared = " --multiattach" if use.disk.shareable else ""
-        return (f"detach and attach it again: virtdriver detach {use.domain_name} "
-                f"{use.volume} && virtdriver attach {use.domain_name} CONNECTION_INFO "
-                f"--attach-mode ro{shared}")
+        return (f"detach and attach it again: {detach} && virtdriver attach {use.domain_name} "
+                f"CONNECTION_INFO --attach-mode ro{shared}")
     return f"run again for it: virtdriver extend CONNECTION_INFO {use.domain_name}"
+
+
+def _cinder_note(dom: libvirt.virDomain, volume: str | None) -> str | None:
+    """The Cinder URL of the attachment ``attach --cinder`` made for this disk, if it did."""
+    from virtdriver.cinder.flow import notes_of
+
+    try:
+        note = notes_of(dom).get(volume or "")
+    except HypervisorError:
+        return None
+    return note[1] if note else None
 
 
 def extend_one(host: ComputeHost, instance: str, connection_info: Mapping[str, Any],
