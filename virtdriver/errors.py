@@ -159,6 +159,15 @@ class WrongDevice(HostConnectFailed):
     """The device os-brick connected is not the volume connection_info names."""
 
 
+class OrphansNotReleased(HostConnectFailed):
+    """The orphan sweep went through every orphan, and some release failed; ``outcome`` holds
+    each orphan's description with ``None`` (released) or why it was kept."""
+
+    def __init__(self, message: str, outcome: list[tuple[str, str | None]]) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+
+
 class StateError(HypervisorError):
     """virtdriver's state directory (locks, host-connection records) is unusable or damaged."""
 

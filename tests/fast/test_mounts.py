@@ -37,3 +37,20 @@ def test_this_process_finds_its_own_root() -> None:
     assert mounts.qemu_sees(os.getpid(), "/") is True
     assert mounts.fix_command("/srv/m") == ("mount --bind /srv/m /srv/m && "
                                             "mount --make-shared /srv/m")
+
+
+def test_mount_points_are_bytes_and_any_name_is_read() -> None:
+    """Issue 56 item 7: a name that is not UTF-8, or holds a carriage return or a vertical tab
+    (the kernel escapes only a space, a tab, a newline and a backslash), is kept as the path."""
+    raw = (b"27 1 254:0 / / rw - ext4 /dev/vda rw\n"
+           b"50 27 0:60 / /srv/a\xff\xfe\\040b\\012c rw shared:3 - tmpfs t\\134x rw\n"
+           b"51 27 0:61 / /srv/r\rv\x0b rw - tmpfs /dev/loop7 rw\n")
+    entries = mounts.parse_mountinfo(raw)
+    assert [e.mount_point for e in entries] == ["/", os.fsdecode(b"/srv/a\xff\xfe b\nc"),
+                                                "/srv/r\rv\x0b"]
+    assert [e.source for e in entries] == ["/dev/vda", "t\\x", "/dev/loop7"]
+    assert [e.shared for e in entries] == [False, True, False]
+    assert os.fsencode(entries[1].mount_point) == b"/srv/a\xff\xfe b\nc"  # the path itself
+    assert mounts.parse_mountinfo(raw.decode("utf-8", "surrogateescape")) == entries
+    assert [mounts.shown_path(e.mount_point) for e in entries] == [
+        "/", "/srv/a\\xff\\xfe b\\nc", "/srv/r\\rv\\x0b"]

@@ -4,6 +4,7 @@ the mount base (this kernel has no iSCSI, NVMe-oF or RBD initiator; tests/nested
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -12,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from testhosts.guests import LoopDevice
+from tests.conftest import FIXTURES
 from tests.support.volumes import disk_xml
-from virtdriver.errors import LockTimeout
+from virtdriver.errors import DamagedRecord, LockTimeout
 from virtdriver.hypervisor.hostconn import HostConnections, HostRecord
 from virtdriver.hypervisor.locks import connections_lock
 
@@ -112,3 +115,152 @@ def test_release_takes_a_volume_or_orphans(tmp_path: Path) -> None:
     neither = cli(tmp_path / "state", "release")
     assert both.returncode == neither.returncode == 2
     assert "give VOLUME_ID, or --orphans" in both.stderr + neither.stderr
+
+
+# ---- issue 56, items 7-9: the operator's tools at their edges ----------------------------------
+
+
+def tmpfs_at(point: bytes | Path, size: str = "8m") -> bytes:
+    """Mount a fresh tmpfs at ``point`` (any bytes: mount points need not be UTF-8)."""
+    raw = os.fsencode(point)
+    os.makedirs(raw, exist_ok=True)
+    subprocess.run([b"mount", b"-t", b"tmpfs", b"-o", f"size={size}".encode(), b"tmpfs", raw],
+                   check=True)
+    return raw
+
+
+@pytest.fixture
+def unmounted_after() -> Iterator[list[bytes]]:
+    """Mount points to unmount (lazily, deepest first) after the test."""
+    points: list[bytes] = []
+    yield points
+    for point in sorted(points, key=len, reverse=True):
+        subprocess.run([b"umount", b"-l", point], check=False, capture_output=True)
+
+
+def mounted_now(point: bytes) -> bool:
+    return os.path.ismount(point)
+
+
+def no_traceback(result: subprocess.CompletedProcess[str]) -> None:
+    assert "Traceback" not in result.stderr and "Error:" not in result.stderr, result.stderr
+
+
+def test_a_mount_point_that_is_not_utf8_breaks_neither_audit_nor_the_sweep(
+        tmp_path: Path, unmounted_after: list[bytes]) -> None:
+    """Item 7: mountinfo is bytes; a name that is not UTF-8, outside the mount base or in it."""
+    state = tmp_path / "state"
+    outside = tmpfs_at(os.fsencode(tmp_path) + b"/elsewhere\xff\xfe")
+    inside = tmpfs_at(os.fsencode(state) + b"/mnt/orphan\xff\n\x1b")
+    unmounted_after += [outside, inside]
+    shown = f"mount {state}/mnt/orphan\\xff\\n\\x1b"
+
+    audit = cli(state, "audit", "--json")
+    no_traceback(audit)
+    assert audit.returncode == 1, audit.stderr
+    assert orphans_in(json.loads(audit.stdout)) == [shown]
+    text = cli(state, "audit")
+    no_traceback(text)
+    assert text.returncode == 1 and f"({shown})" in text.stdout, text.stderr
+
+    released = cli(state, "release", "--orphans")
+    no_traceback(released)
+    assert released.returncode == 0, released.stderr
+    assert released.stdout.splitlines() == [f"{shown}: released",
+                                            "1 orphaned host connection released"]
+    assert not mounted_now(inside) and mounted_now(outside)
+
+
+def test_one_busy_orphan_does_not_stop_the_sweep(tmp_path: Path,
+                                                 unmounted_after: list[bytes]) -> None:
+    """Item 8: a process's working directory and a nested mount keep an orphan busy without an
+    open file; each is kept and said why, the free orphan after them is released."""
+    state = tmp_path / "state"
+    base = os.fsencode(state / "mnt")
+    worked_in, nested, free = (tmpfs_at(base + name) for name in (b"/a-cwd", b"/b-nested",
+                                                                   b"/c-free"))
+    below = tmpfs_at(nested + b"/deeper", size="1m")
+    unmounted_after += [worked_in, nested, below, free]
+    holder = subprocess.Popen(["sleep", "120"], cwd=worked_in)
+    try:
+        released = cli(state, "release", "--orphans")
+    finally:
+        holder.kill()
+        holder.wait()
+    no_traceback(released)
+    assert released.returncode == 0, released.stderr
+    assert released.stdout.splitlines() == [
+        f"mount {os.fsdecode(worked_in)}: kept, processes work in it "
+        f"(sleep (pid {holder.pid}): working directory)",
+        f"mount {os.fsdecode(nested)}: kept, a mount below it ({os.fsdecode(below)})",
+        f"mount {os.fsdecode(free)}: released",
+        "1 orphaned host connection released, 2 kept"]
+    assert mounted_now(worked_in) and mounted_now(nested) and not mounted_now(free)
+
+
+def test_a_release_that_fails_is_said_and_the_sweep_goes_on(tmp_path: Path,
+                                                           unmounted_after: list[bytes]) -> None:
+    """Item 8: a loop device backed by a file below an orphan pins it, unseen by the checks:
+    umount fails, the sweep says so for that orphan, releases the next, and exits 1."""
+    state = tmp_path / "state"
+    base = os.fsencode(state / "mnt")
+    pinned, free = tmpfs_at(base + b"/a-pinned", size="32m"), tmpfs_at(base + b"/b-free")
+    unmounted_after += [pinned, free]
+    with LoopDevice(16 << 20, directory=os.fsdecode(pinned)):
+        released = cli(state, "release", "--orphans")
+        assert mounted_now(pinned)
+    no_traceback(released)
+    assert released.returncode == 1, released.stderr
+    busy = f"umount: {os.fsdecode(pinned)}: target is busy."
+    assert released.stdout.splitlines() == [
+        f"mount {os.fsdecode(pinned)}: kept, its release failed ({busy})",
+        f"mount {os.fsdecode(free)}: released",
+        "1 orphaned host connection released, 1 kept"]
+    assert released.stderr.splitlines() == [
+        f"virtdriver: error: could not release 1 of 2 orphaned host connections (the sweep "
+        f"went on with the others): mount {os.fsdecode(pinned)}: {busy}"]
+    assert not mounted_now(free)
+
+
+def test_a_record_that_is_a_dangling_link_is_damage(tmp_path: Path,
+                                                    unmounted_after: list[bytes]) -> None:
+    """Item 9: a record that leads nowhere may account for a connection: audit names it, the
+    sweep keeps every orphan; an attach of that volume stops on it too."""
+    state = tmp_path / "state"
+    orphan = tmpfs_at(os.fsencode(state / "mnt" / "share"))
+    unmounted_after.append(orphan)
+    link = HostConnections(state).path("vol-linked")
+    link.parent.mkdir(parents=True)
+    link.symlink_to(tmp_path / "gone.json")
+
+    audit = json.loads(cli(state, "audit", "--json").stdout)
+    damaged = [d["message"] for v in audit["volumes"] for d in v["dangers"]
+               if d["kind"] == "record"]
+    assert len(damaged) == 1 and str(link) in damaged[0], audit
+    swept = cli(state, "release", "--orphans")
+    no_traceback(swept)
+    assert swept.returncode == 1 and f"record {link} is damaged" in swept.stderr, swept.stderr
+    assert mounted_now(orphan)
+    with pytest.raises(DamagedRecord, match="a symbolic link to a file that does not exist"):
+        HostConnections(state).load("vol-linked")
+
+
+def test_a_relative_mount_base_is_refused_as_attach_refuses_it(guests, tmp_path: Path,
+                                                               unmounted_after: list[bytes],
+                                                               monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    """Item 9: a relative --mount-base matches no mount point and would hide every orphan."""
+    state = tmp_path / "state"
+    unmounted_after.append(tmpfs_at(os.fsencode(state / "mnt" / "left")))
+    monkeypatch.chdir(tmp_path)  # state/mnt relative to here is the real base: still refused
+    dom = guests.start("relative-base")
+    attach = cli(state, "attach", "--mount-base", "state/mnt", dom.name(),
+                 str(FIXTURES / "connection_info" / "nfs.json"))
+    audit = cli(state, "audit", "--mount-base", "state/mnt")
+    swept = cli(state, "release", "--orphans", "--mount-base", "state/mnt")
+    for result in (attach, audit, swept):
+        no_traceback(result)
+        assert result.returncode == 2, (result.args, result.stdout, result.stderr)
+        assert "virtdriver: error: mount_base: 'state/mnt' is not absolute" in result.stderr
+    assert audit.stdout == swept.stdout == ""
+    assert mounted_now(os.fsencode(state / "mnt" / "left"))

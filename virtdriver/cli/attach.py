@@ -184,16 +184,27 @@ def _connector(args: argparse.Namespace) -> int:
     return 0
 
 
+def _say_swept(outcome: list[tuple[str, str | None]]) -> None:
+    """Each orphan the sweep looked at, released or why kept, and the count."""
+    for what, kept in outcome:
+        say(f"{what}: " + (f"kept, {kept}" if kept else "released"))
+    released = sum(kept is None for _, kept in outcome)
+    say(f"{released} orphaned host connection{'s' if released != 1 else ''} released"
+        + (f", {len(outcome) - released} kept" if len(outcome) > released else ""))
+
+
 def _release(args: argparse.Namespace) -> int:
     if args.orphans == (args.volume_id is not None):
         raise UsageError("release: give VOLUME_ID, or --orphans")
     if args.orphans:
-        outcome = driver_for(args).release_orphans()
-        for what, kept in outcome:
-            say(f"{what}: " + (f"kept, {kept}" if kept else "released"))
-        released = sum(kept is None for _, kept in outcome)
-        say(f"{released} orphaned host connection{'s' if released != 1 else ''} released"
-            + (f", {len(outcome) - released} kept" if len(outcome) > released else ""))
+        from virtdriver.errors import OrphansNotReleased
+
+        try:
+            outcome = driver_for(args).release_orphans()
+        except OrphansNotReleased as exc:  # every orphan said, then the failure (exit 1)
+            _say_swept(exc.outcome)
+            raise
+        _say_swept(outcome)
         return 0
     if driver_for(args).release_volume(args.volume_id):
         say(f"Host connection of volume {args.volume_id} released")

@@ -63,6 +63,9 @@ class HostConnections:
         try:
             text = read_bytes(path).decode("utf-8")
         except FileNotFoundError:
+            if os.path.islink(path):  # a link that leads nowhere is damage, not "no record"
+                raise DamagedRecord(path, "a symbolic link to a file that does not exist"
+                                    ) from None
             return None, None
         except (OSError, ValueError) as exc:
             raise DamagedRecord(path, str(getattr(exc, "strerror", None) or exc)) from None

@@ -24,15 +24,17 @@ from virtdriver.errors import HostConnectFailed
 
 LOG = logging.getLogger(__name__)
 MOUNTINFO = Path("/proc/self/mountinfo")
-_OCTAL = re.compile(r"\\([0-7]{3})")
+_OCTAL = re.compile(rb"\\([0-7]{3})")
 
 
 @dataclass(frozen=True)
 class MountEntry:
-    """One line of ``/proc/PID/mountinfo``: where, and its propagation tags (``shared:N``...)."""
+    """One line of ``/proc/PID/mountinfo``: where, its propagation tags (``shared:N``...) and
+    what is mounted (a device, a share, ``tmpfs``)."""
 
     mount_point: str
     tags: tuple[str, ...]
+    source: str = ""
 
     @property
     def shared(self) -> bool:
@@ -41,20 +43,38 @@ class MountEntry:
 
 def read_mountinfo(path: Path = MOUNTINFO) -> list[MountEntry]:
     """The mounts of a process's namespace, in the kernel's order (later ones on top)."""
-    return parse_mountinfo(path.read_text())
+    return parse_mountinfo(path.read_bytes())
 
 
-def parse_mountinfo(text: str) -> list[MountEntry]:
-    """``/proc/PID/mountinfo`` text as entries."""
+def parse_mountinfo(text: bytes | str) -> list[MountEntry]:
+    """``/proc/PID/mountinfo`` as entries; a name that is not UTF-8 (mount points are bytes) is
+    kept as the file system encoding decodes it (``os.fsdecode``), so it still names the path."""
+    raw = os.fsencode(text) if isinstance(text, str) else text
     entries = []
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) < 7 or "-" not in fields[6:]:
+    for line in raw.split(b"\n"):  # the kernel escapes a newline, a space, a tab, a backslash
+        fields = line.split(b" ")  # in a name, and nothing else (a \r or \v is a name's own)
+        if len(fields) < 7 or b"-" not in fields[6:]:
             continue
-        optional = fields[6:fields.index("-", 6)]
-        point = _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), fields[4])
-        entries.append(MountEntry(point, tuple(optional)))
+        dash = fields.index(b"-", 6)
+        optional = tuple(os.fsdecode(f) for f in fields[6:dash])
+        source = unescape(fields[dash + 2]) if len(fields) > dash + 2 else ""
+        entries.append(MountEntry(unescape(fields[4]), optional, source))
     return entries
+
+
+def unescape(field: bytes) -> str:
+    """One mountinfo field as a path: octal escapes undone on the bytes, then decoded."""
+    return os.fsdecode(_OCTAL.sub(lambda m: bytes([int(m.group(1), 8) & 0xFF]), field))
+
+
+def shown_path(path: str) -> str:
+    """A path as an operator may read it: bytes that are not UTF-8 and control characters
+    escaped (``\\xff``, ``\\n``)."""
+    try:
+        text = os.fsencode(path).decode("utf-8", "backslashreplace")
+    except UnicodeError:  # a lone surrogate no file name decodes to
+        text = path.encode("utf-8", "backslashreplace").decode("utf-8")
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 def containing_mount(path: str, entries: list[MountEntry]) -> MountEntry | None:

@@ -55,7 +55,7 @@ from virtdriver.hypervisor.domains import DiskUse, DomainState, host_state, labe
 from virtdriver.hypervisor.hostconn import HostConnections
 from virtdriver.hypervisor.seclabels import foreign_labels
 from virtdriver.hypervisor.signatures import UnreadableVolume, read_signatures
-from virtdriver.ops.orphans import find_orphans
+from virtdriver.ops.orphans import check_mount_base, find_orphans
 from virtdriver.policy.filesystems import OVERRIDE, unshareable
 from virtdriver.policy.migration import still_arriving
 from virtdriver.policy.reservations import fence_message, reservation_route, shared_identities
@@ -123,6 +123,7 @@ def audit_host(conn: libvirt.virConnect, state_dir: str | Path,
     ``mount_base``: where virtdriver mounts shares (default ``<state_dir>/mnt``), whose mounts
     no record or guest accounts for are orphans, as the kernel's other host connections are.
     """
+    mount_base = check_mount_base(mount_base or str(Path(state_dir) / "mnt"))
     try:
         states = host_state(conn)
     except libvirt.libvirtError as exc:
@@ -142,7 +143,7 @@ def audit_host(conn: libvirt.virConnect, state_dir: str | Path,
         volumes.append(VolumeAudit(path.stem, str(path), [], [Danger("record", (
             f"the host-connection record {path} is unreadable or damaged, so virtdriver cannot "
             f"tell what to release for that volume: {DamagedRecord.NEXT_STEP}"))], True))
-    found, _ = find_orphans(states, connections, mount_base or str(Path(state_dir) / "mnt"))
+    found, _ = find_orphans(states, connections, mount_base)
     volumes += [VolumeAudit("-", orphan.describe(), [], [Danger("orphan", (
         "no host-connection record and no guest on this host accounts for it: 'virtdriver "
         "release --orphans' removes it unless something holds it"))], False)

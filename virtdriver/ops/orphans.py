@@ -19,7 +19,6 @@ while it attaches nothing there.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -28,15 +27,21 @@ from typing import TYPE_CHECKING, Final
 
 import libvirt
 
-from virtdriver.errors import HostConnectFailed, StateError
+from virtdriver.errors import (
+    HostConnectFailed,
+    InvalidRenderOption,
+    OrphansNotReleased,
+    StateError,
+    show,
+)
 from virtdriver.hypervisor.locks import connections_lock
+from virtdriver.hypervisor.mounts import MountEntry, read_mountinfo, shown_path
 
 if TYPE_CHECKING:
     from virtdriver.hypervisor.domains import DomainState
     from virtdriver.hypervisor.hostconn import HostConnections, HostRecord
 
 SYS: Final = Path("/sys")
-_OCTAL: Final = re.compile(r"\\([0-7]{3})")  # mountinfo's escape of a space, tab, newline
 KINDS: Final = ("iscsi", "nvmeof", "rbd", "mount")
 
 
@@ -51,7 +56,16 @@ class HostConnection:
 
     def describe(self) -> str:
         where = f" ({', '.join(self.devices)})" if self.devices and self.kind != "mount" else ""
-        return f"{self.kind} {self.name}{where}"
+        return f"{self.kind} {shown_path(self.name)}{where}"
+
+
+def check_mount_base(mount_base: str) -> str:
+    """The mount base to look for orphans in: an absolute path, as attach takes it (a relative
+    one would match no mount point and hide every orphan)."""
+    if not os.path.isabs(mount_base):
+        raise InvalidRenderOption(f"mount_base: {show(mount_base)} is not absolute: give the "
+                                  "absolute directory shares are mounted in (--mount-base)")
+    return mount_base
 
 
 def host_connections(mount_base: str) -> list[HostConnection]:
@@ -61,7 +75,7 @@ def host_connections(mount_base: str) -> list[HostConnection]:
 
 def _read(path: Path) -> str:
     try:
-        return path.read_text().strip()
+        return os.fsdecode(path.read_bytes().strip())  # any bytes: a name is kept, not refused
     except OSError:
         return ""
 
@@ -102,15 +116,17 @@ def _rbd() -> list[HostConnection]:
     return found
 
 
+def _mountinfo() -> list[MountEntry]:
+    try:
+        return read_mountinfo()
+    except OSError:
+        return []
+
+
 def _mounts(mount_base: str) -> list[HostConnection]:
     base = os.path.normpath(mount_base)
-    found = []
-    for line in _read(Path("/proc/self/mountinfo")).splitlines():
-        fields = line.split()
-        point = _OCTAL.sub(lambda m: chr(int(m[1], 8)), fields[4]) if len(fields) > 4 else ""
-        if os.path.dirname(point) == base:
-            found.append(HostConnection("mount", point, point, (point,)))
-    return found
+    return [HostConnection("mount", e.mount_point, e.mount_point, (e.mount_point,))
+            for e in _mountinfo() if os.path.dirname(e.mount_point) == base]
 
 
 def _real(path: str) -> str:
@@ -165,10 +181,10 @@ def orphans(connections: Iterable[HostConnection], records: Iterable[HostRecord]
 
 def busy(conn: HostConnection) -> str | None:
     """Why ``conn`` must stay although nothing accounts for it, or ``None``: a holder, a mount,
-    a process with one of its devices open."""
+    a process with one of its devices open (for a mount: a mount below it, a process with a
+    file, its working directory, root, program or a mapped file below it)."""
     if conn.kind == "mount":
-        users = _openers({conn.name}, below=True)
-        return f"files below it are open ({', '.join(users)})" if users else None
+        return _mount_busy(conn.name)
     for device in conn.devices:
         name = os.path.basename(_real(device))
         holders = [p.name for p in (SYS / "class" / "block" / name / "holders").glob("*")]
@@ -182,13 +198,27 @@ def busy(conn: HostConnection) -> str | None:
     return f"its devices are open ({', '.join(users)})" if users else None
 
 
+def _mount_busy(point: str) -> str | None:
+    """What keeps the mount at ``point`` in use (umount would answer "target is busy")."""
+    below = sorted({e.mount_point for e in _mountinfo()
+                    if e.mount_point.startswith(point.rstrip("/") + "/")})
+    if below:
+        return f"a mount below it ({', '.join(shown_path(b) for b in below)})"
+    reasons = []
+    if users := _openers({point}, below=True):
+        reasons.append(f"files below it are open ({', '.join(users)})")
+    if users := _working_in(point):
+        reasons.append(f"processes work in it ({', '.join(users)})")
+    return "; ".join(reasons) or None
+
+
 def _mounted_devices() -> set[str]:
-    mounted = set()
-    for line in _read(Path("/proc/self/mountinfo")).splitlines():
-        source = line.partition(" - ")[2].split()
-        if len(source) > 1 and source[1].startswith("/dev/"):
-            mounted.add(_real(source[1]))
-    return mounted
+    return {_real(e.source) for e in _mountinfo() if e.source.startswith("/dev/")}
+
+
+def _inside(target: str, paths: set[str], below: bool) -> bool:
+    return target in paths or (below and any(target.startswith(p.rstrip("/") + "/")
+                                             for p in paths))
 
 
 def _openers(paths: set[str], *, below: bool = False) -> list[str]:
@@ -199,10 +229,41 @@ def _openers(paths: set[str], *, below: bool = False) -> list[str]:
             targets = {os.readlink(fd) for fd in (proc / "fd").iterdir()}
         except OSError:  # gone, or not ours to look at
             continue
-        if any(t in paths or (below and any(t.startswith(p + os.sep) for p in paths))
-               for t in targets):
+        if any(_inside(t, paths, below) for t in targets):
             found.append(f"{_read(proc / 'comm')} (pid {proc.name})")
     return found
+
+
+def _working_in(point: str) -> list[str]:
+    """``command (pid N): how`` of every process whose working directory, root, program or a
+    mapped file is at or below ``point`` (each keeps the mount busy, no descriptor open)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        how = [what for link, what in (("cwd", "working directory"), ("root", "root"),
+                                       ("exe", "program"))
+               if _inside(_link(proc / link), {point}, True)]
+        if any(_inside(path, {point}, True) for path in _mapped(proc)):
+            how.append("mapped file")
+        if how:
+            found.append(f"{_read(proc / 'comm')} (pid {proc.name}): {', '.join(how)}")
+    return found
+
+
+def _link(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:  # gone, a kernel thread, or not ours to look at
+        return ""
+
+
+def _mapped(proc: Path) -> set[str]:
+    """The files a process has mapped (``/proc/PID/maps``' paths)."""
+    try:
+        lines = (proc / "maps").read_bytes().split(b"\n")
+    except OSError:
+        return set()
+    return {os.fsdecode(f[5]) for line in lines
+            if len(f := line.split(maxsplit=5)) == 6 and f[5].startswith(b"/")}
 
 
 def _settle() -> None:
@@ -243,11 +304,12 @@ def _iscsi_portal(session: str) -> str:
 
 def _run(command: list[str], conn: HostConnection) -> None:
     try:
-        done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
+        done = subprocess.run(command, capture_output=True, text=True, errors="surrogateescape",
+                              check=False, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise HostConnectFailed(f"cannot release {conn.describe()}", str(exc)) from None
     if done.returncode != 0:
-        said = (done.stderr or done.stdout).strip().splitlines()
+        said = [shown_path(line) for line in (done.stderr or done.stdout).strip().splitlines()]
         raise HostConnectFailed(f"cannot release {conn.describe()}",
                                 said[-1] if said else f"{command[0]} exited with "
                                                       f"{done.returncode}")
@@ -286,11 +348,14 @@ def sweep(conn: libvirt.virConnect, state_dir: Path, mount_base: str, lock_timeo
           ) -> list[tuple[HostConnection, str | None]]:
     """Release every orphan nothing holds; each orphan with ``None`` (released) or why kept.
 
-    Refused while a record is damaged: it may be the one that accounts for a connection.
+    Refused while a record is damaged: it may be the one that accounts for a connection. A
+    release that fails (something :func:`busy` cannot see holds it) keeps that orphan and the
+    sweep goes on; :class:`~virtdriver.errors.OrphansNotReleased` then says every outcome.
     """
     from virtdriver.hypervisor.domains import host_state
     from virtdriver.hypervisor.hostconn import HostConnections
 
+    check_mount_base(mount_base)
     records = HostConnections(state_dir)
     with connections_lock(state_dir / "locks", sweeping=True, timeout=lock_timeout):
         _settle()
@@ -300,9 +365,19 @@ def sweep(conn: libvirt.virConnect, state_dir: Path, mount_base: str, lock_timeo
                              "account for a connection: repair or remove it before sweeping "
                              "orphans ('virtdriver audit' lists it)")
         outcome: list[tuple[HostConnection, str | None]] = []
+        failed: list[str] = []
         for orphan in found:
             reason = busy(orphan)
             if reason is None:
-                release(orphan)
+                try:
+                    release(orphan)
+                except HostConnectFailed as exc:
+                    reason = f"its release failed ({exc.libvirt_message or exc})"
+                    failed.append(f"{orphan.describe()}: {exc.libvirt_message or exc}")
             outcome.append((orphan, reason))
+    if failed:
+        raise OrphansNotReleased(
+            f"could not release {len(failed)} of {len(outcome)} orphaned host connection"
+            f"{'s' if len(outcome) != 1 else ''} (the sweep went on with the others): "
+            f"{'; '.join(failed)}", [(o.describe(), r) for o, r in outcome])
     return outcome
