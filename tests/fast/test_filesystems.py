@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from virtdriver.errors import EXIT_CODES, SharedWriteRefused
-from virtdriver.policy.filesystems import Signature, check_writers, unshareable
+from virtdriver.policy.filesystems import (
+    UNDECIDED,
+    Signature,
+    check_writers,
+    undecided,
+    unshareable,
+)
 
 EXT4 = [Signature("ext4", "filesystem")]
 
@@ -21,7 +27,11 @@ EXT4 = [Signature("ext4", "filesystem")]
     ([Signature("ocfs2", "filesystem")], []),
     ([Signature("LVM2_member", "raid")], []),  # a cluster volume manager's business
     ([Signature("crypto_LUKS", "crypto")], []),
-    ([Signature("swap", "other")], []),
+    ([Signature("swap", "other")], ["swap"]),  # two guests swapping overwrite each other
+    ([Signature("vfat", "filesystem"), Signature("ext4", "filesystem"),
+      Signature("ambivalent", UNDECIDED)], ["vfat", "ext4"]),  # every candidate counts
+    ([Signature("dos", "partition table"), Signature("ext4", "filesystem", "partition 1")],
+     ["ext4 (partition 1)"]),
     ([Signature("ext4", "filesystem", "partition 2"), Signature("gfs2", "filesystem",
                                                                  "partition 1")],
      ["ext4 (partition 2)"]),
@@ -65,3 +75,30 @@ def test_a_reader_beside_one_writer_is_allowed_and_told_what_it_sees(
 def test_nothing_to_say(filesystems: list, writers: list, readers: list, joining: list) -> None:
     assert check_writers("v1", filesystems, writers, readers, joining,
                          allow_shared_write=False) is None
+
+
+@pytest.mark.parametrize("joining", [["c"], ["b"], ["a"]])
+def test_a_reader_beside_two_writers_is_warned_never_refused(joining: list) -> None:
+    """Whoever came first (the reader ``c`` last, or a writer last: refused on its own)."""
+    if joining == ["c"]:
+        said = check_writers("v1", ["ext4"], ["a", "b"], ["c"], joining,
+                             allow_shared_write=False)
+        assert said is not None and "c reads it while a, b write" in said
+    else:
+        with pytest.raises(SharedWriteRefused):
+            check_writers("v1", ["ext4"], ["a", "b"], ["c"], joining, allow_shared_write=False)
+
+
+def test_a_probe_that_cannot_decide_refuses_naming_why_and_the_override() -> None:
+    why = undecided([Signature("blkid: timed out", UNDECIDED)])
+    with pytest.raises(SharedWriteRefused) as refused:
+        check_writers("v1", [], ["a", "b"], [], ["b"], allow_shared_write=False, unknown=why)
+    message = str(refused.value)
+    assert "could not be decided (blkid: timed out)" in message
+    assert "--allow-shared-write" in message and "\n" not in message
+    said = check_writers("v1", [], ["a", "b"], [], ["b"], allow_shared_write=True, unknown=why)
+    assert said is not None and "--allow-shared-write" in said
+
+
+def test_a_probe_that_decided_says_nothing_undecided() -> None:
+    assert undecided([Signature("ext4", "filesystem")]) == ""

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import struct
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -36,9 +38,54 @@ def volume(request: pytest.FixtureRequest) -> Iterator[tuple[LoopDevice, dict]]:
     kind = getattr(request, "param", "ext4")
     with LoopDevice(320 * MIB) as loop:
         assert loop.device is not None
-        if kind != "raw":
+        if kind in MKFS:
             subprocess.run([*MKFS[kind], loop.device], check=True, capture_output=True)
+        elif kind != "raw":
+            MADE[kind](loop.device)
         yield loop, local_volume(loop.device, multiattach=True)
+
+
+def _ambivalent(device: str) -> None:
+    """An intact ext4 (e2fsck clean) under a stale FAT16 boot sector: blkid -p exits 8."""
+    subprocess.run([*MKFS["ext4"], device], check=True, capture_output=True)
+    sector = bytearray(SECTOR)  # what mkfs.vfat writes first: jump, BPB, FAT16 label, 55AA
+    sector[0:11] = b"\xeb\x3c\x90MSDOS5.0"
+    struct.pack_into("<HBHBHHBHHHII", sector, 11, 512, 4, 4, 2, 512, 0, 0xF8, 64, 32, 2, 0,
+                     131072)
+    struct.pack_into("<BBBI", sector, 36, 0x80, 0, 0x29, 0x12345678)
+    sector[43:62] = b"NO NAME    FAT16   "
+    sector[510:512] = b"\x55\xaa"
+    with open(device, "r+b") as fh:
+        fh.write(sector)
+    assert subprocess.run(["e2fsck", "-n", "-f", device], capture_output=True).returncode == 0
+    assert subprocess.run(["blkid", "-p", device], capture_output=True).returncode == 8
+
+
+def _swap(device: str) -> None:
+    subprocess.run(["mkswap", device], check=True, capture_output=True)
+
+
+def _dos_table(device: str, at: int, start: int, sectors: int) -> None:
+    """One DOS partition (type 83) of ``sectors`` from ``start``, in a table at byte ``at``."""
+    with open(device, "r+b") as fh:
+        fh.seek(at + 446)
+        fh.write(struct.pack("<B3sB3sII", 0, b"\0\0\0", 0x83, b"\0\0\0", start, sectors))
+        fh.seek(at + 510)
+        fh.write(b"\x55\xaa")
+
+
+def _nested(device: str) -> None:
+    """A DOS table whose partition 1 holds a DOS table whose partition 1 holds an ext4."""
+    _dos_table(device, 0, 2048, 300 * 2048)
+    _dos_table(device, 2048 * SECTOR, 2048, 200 * 2048)
+    subprocess.run([*MKFS["ext4"], "-E", f"offset={4096 * SECTOR}", device, "100M"],
+                   check=True, capture_output=True)
+    assert subprocess.run(["blkid", "-p", "-o", "udev", device], capture_output=True,
+                          text=True).stdout.strip() == "ID_PART_TABLE_TYPE=dos"
+
+
+SECTOR = 512
+MADE = {"ambivalent": _ambivalent, "swap": _swap, "nested": _nested}
 
 
 def _disks(volume_driver, name: str) -> list[str]:
@@ -178,3 +225,83 @@ def test_a_network_volume_qemu_opens_itself_is_said_not_checked(
             driver.detach_volume(dom.name(), vid)
     finally:
         driver.close()
+
+
+def _cli(volume_driver, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "virtdriver", "--connect", "qemu:///system",
+                           "--state-dir", str(volume_driver.state_dir), *args],
+                          capture_output=True, text=True, check=False, timeout=120)
+
+
+@pytest.mark.parametrize(("volume", "held"), [
+    ("ambivalent", "holds vfat and ext4"), ("swap", "holds swap"),
+    ("nested", "holds ext4 (partition 1, partition 1)")], indirect=["volume"])
+def test_every_signature_counts_for_a_second_writer(guests, volume_driver, volume, held: str,
+                                                    tmp_path: Path) -> None:
+    """Ambivalent (ext4 under a stale FAT sector), swap, an ext4 in a nested table: refused
+    through the API and the CLI (exit 3, one line naming the override); allowed with it."""
+    a, b, c = guests.start("fs-a"), guests.start("fs-b"), guests.start("fs-c")
+    _, info = volume
+    doc = tmp_path / "volume.json"
+    doc.write_text(json.dumps(info))
+    volume_driver.attach_volume(info, a.name(), attach_mode="rw")
+    with pytest.raises(SharedWriteRefused, match=rf"{re.escape(held)}.*--allow-shared-write"):
+        volume_driver.attach_volume(info, b.name(), attach_mode="rw")
+    refused = _cli(volume_driver, "attach", c.name(), str(doc))
+    assert refused.returncode == 3, refused.stderr
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and held in lines[0] and "--allow-shared-write" in lines[0]
+    assert _disks(volume_driver, b.name()) == _disks(volume_driver, c.name()) == []
+    allowed = _cli(volume_driver, "attach", c.name(), str(doc), "--allow-shared-write")
+    assert allowed.returncode == 0, allowed.stderr
+    made = volume_driver.attach_volume(info, b.name(), attach_mode="rw", allow_shared_write=True)
+    assert made.attach_mode == "rw"
+
+
+def test_a_probe_that_cannot_decide_refuses_a_second_writer(
+        guests, volume_driver, volume, monkeypatch: pytest.MonkeyPatch) -> None:
+    """blkid that does not answer in time (its real process, given no time): refused, naming
+    why and the override; the override lets it through."""
+    from virtdriver.hypervisor import signatures
+
+    a, b = guests.start("fs-a"), guests.start("fs-b")
+    _, info = volume
+    volume_driver.attach_volume(info, a.name(), attach_mode="rw")
+    monkeypatch.setattr(signatures, "PROBE_TIMEOUT", 1e-6)
+    with pytest.raises(SharedWriteRefused, match=r"could not be decided \(.*could not be read: "
+                                                 r"blkid: .*timed out.*--allow-shared-write"):
+        volume_driver.attach_volume(info, b.name(), attach_mode="rw")
+    made = volume_driver.attach_volume(info, b.name(), attach_mode="rw", allow_shared_write=True)
+    assert made.attach_mode == "rw"
+
+
+@pytest.mark.parametrize("order", ["reader first", "reader between", "reader last"])
+def test_a_reader_is_never_refused_beside_writers_whatever_the_order(
+        guests, volume_driver, volume, order: str, tmp_path: Path) -> None:
+    """Two writers (the second by the override) and a reader: the reader gets the disk with a
+    warning whenever it comes, through the API, attach-many and the CLI."""
+    a, b = guests.start("fs-a"), guests.start("fs-b")
+    r1, r2, r3 = guests.start("fs-r1"), guests.start("fs-r2"), guests.start("fs-r3")
+    _, info = volume
+    doc = tmp_path / "volume.json"
+    doc.write_text(json.dumps(info))
+    vid = info["data"]["volume_id"]
+
+    def readers() -> None:
+        volume_driver.attach_volume(info, r1.name(), attach_mode="ro")
+        volume_driver.attach_volume_to_many(info, [r2.name()], attach_mode="ro")
+        cli = _cli(volume_driver, "attach", r3.name(), str(doc), "--attach-mode", "ro")
+        assert cli.returncode == 0, cli.stderr
+
+    steps = [lambda: volume_driver.attach_volume(info, a.name(), attach_mode="rw"),
+             lambda: volume_driver.attach_volume(info, b.name(), attach_mode="rw",
+                                                 allow_shared_write=True)]
+    steps.insert({"reader first": 0, "reader between": 1, "reader last": 2}[order], readers)
+    for step in steps:
+        step()
+    for dom in (r1, r2, r3):
+        assert _disks(volume_driver, dom.name()) == [vid]
+        assert block_info(dom, f"ua-{vid}").ro
+    c = guests.start("fs-c")
+    with pytest.raises(SharedWriteRefused):  # a third writer without the override still is not
+        volume_driver.attach_volume(info, c.name(), attach_mode="rw")

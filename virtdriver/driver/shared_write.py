@@ -19,7 +19,13 @@ from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.domains import ListedDomain
 from virtdriver.hypervisor.metadata import note_shared_write
 from virtdriver.hypervisor.signatures import UnreadableVolume, read_signatures
-from virtdriver.policy.filesystems import check_writers, unshareable
+from virtdriver.policy.filesystems import (
+    UNDECIDED,
+    Signature,
+    check_writers,
+    undecided,
+    unshareable,
+)
 from virtdriver.policy.sharing import Use
 
 LOG = logging.getLogger("virtdriver.sharing")  # said on the CLI's terminal too
@@ -27,9 +33,10 @@ LOG = logging.getLogger("virtdriver.sharing")  # said on the CLI's terminal too
 
 def check(request: VolumeRequest, guests: Sequence[str], modes: Sequence[str],
           used_before: Sequence[Use], allow_shared_write: bool) -> str | None:
-    """Refuse a second writer of a filesystem that is not a cluster one; warn of a reader
-    beside one. ``guests`` join with ``modes``; ``used_before``: the volume's other users.
-    Returns the filesystem a granted override lets several guests write."""
+    """Refuse a joining second writer of a filesystem that is not a cluster one, of swap, or
+    of data the probe could not decide; warn of a reader beside writers. ``guests`` join with
+    ``modes``; ``used_before``: the volume's other users. Returns what a granted override lets
+    several guests write."""
     joining = {g: "ro" if request.mode == "ro" else m for g, m in zip(guests, modes)}
     writers = sorted({u.guest for u in used_before if not u.readonly}
                      | {name for name, mode in joining.items() if mode == "rw"})
@@ -47,16 +54,19 @@ def check(request: VolumeRequest, guests: Sequence[str], modes: Sequence[str],
                     request.vid)
         return None
     try:
-        filesystems = unshareable(read_signatures(path))
+        signatures = read_signatures(path)
     except UnreadableVolume as exc:
-        LOG.warning("volume %s is shared with a writer, and what it holds could not be read at "
-                    "%s: %s", request.vid, path, exc)
-        return None
+        signatures = [Signature(f"{path} could not be read: {exc}", UNDECIDED)]
+    filesystems = unshareable(signatures)
     warning = check_writers(request.vid, filesystems, writers, readers, list(joining),
-                            allow_shared_write=allow_shared_write)
+                            allow_shared_write=allow_shared_write,
+                            unknown=undecided(signatures))
     if warning:
         LOG.warning("%s", warning)
-    return " and ".join(filesystems) if warning and len(writers) > 1 else None
+    overridden = len(writers) > 1 and any(joining[g] == "rw" for g in joining)
+    if not (warning and overridden):
+        return None
+    return " and ".join(filesystems) or "undecided"
 
 
 def note(listed: ListedDomain, alias: str, filesystem: str) -> None:
