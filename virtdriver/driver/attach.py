@@ -19,6 +19,7 @@ import libvirt
 
 from virtdriver import arguments
 from virtdriver.attachment import Attachment
+from virtdriver.config import Disk
 from virtdriver.driver import shared_write
 from virtdriver.driver.compute_host import ComputeHost
 from virtdriver.driver.detach import undo_attach
@@ -35,7 +36,7 @@ from virtdriver.errors import (
 )
 from virtdriver.hypervisor.access import why_attach_refused
 from virtdriver.hypervisor.connection import libvirt_message
-from virtdriver.hypervisor.dataid import DataIdentity, data_identity
+from virtdriver.hypervisor.dataid import DataIdentity, data_identity, opened_disk
 from virtdriver.hypervisor.domains import DiskUse, DomainsView, DomainXml, ListedDomain
 from virtdriver.hypervisor.locks import HeldLocks, guest_lock
 from virtdriver.hypervisor.mounts import check_guest_sees
@@ -44,7 +45,7 @@ from virtdriver.hypervisor.volume_users import Wanted
 from virtdriver.policy import check_hotplug_bus
 from virtdriver.policy.attach import check_io_policies
 from virtdriver.policy.identity import alias_for
-from virtdriver.policy.sharing import refuse_attach, refuse_fan_out, users_of
+from virtdriver.policy.sharing import refuse_attach, refuse_fan_out, refuse_moved_device, users_of
 from virtdriver.render import build_disk
 from virtdriver.secrets import redact, secret_values
 
@@ -307,7 +308,8 @@ def _attach_guest(host: ComputeHost, request: VolumeRequest, target: Target, pla
                           luks_secret_uuid=placement.luks_secret_uuid, alias=alias,
                           cache=placement.cache, error_policy=placement.error_policy,
                           rerror_policy=placement.rerror_policy, **host.render_kwargs())
-        data = data_identity(disk)
+        opened = opened_disk(disk) if listed.active else disk  # the device a link leads to
+        data = data_identity(opened)
         # This guest's disks as read now (it may have been read again), the others' from the
         # host's read; each parsed only if it can hold the volume or its data.
         wanted = Wanted(request.vid, data)
@@ -315,26 +317,37 @@ def _attach_guest(host: ComputeHost, request: VolumeRequest, target: Target, pla
         others = [u for u in view.uses(request.vid, data) if u.guest_uuid != listed.uuid]
         refuse_attach(request.vid, data, request.multiattach, listed.uuid, listed.name,
                       others + here)
+        refuse_moved_device(request.vid, data, others)
         if listed.active and disk.source is not None and disk.source.file:
             check_guest_sees(listed.uuid, listed.name, disk.source.file,
                              str(host.options.mount_base))
-        flags = libvirt.VIR_DOMAIN_AFFECT_LIVE if listed.active else 0
-        if listed.persistent:
-            flags |= libvirt.VIR_DOMAIN_AFFECT_CONFIG
         aliases[listed.uuid] = alias
         try:
-            listed.dom.attachDeviceFlags(disk.to_xml(), flags)
+            _attach_device(listed, disk, opened)
         except libvirt.libvirtError as exc:
             raise AttachFailed(f"libvirt refused to attach volume {request.vid} to "
                                f"{listed.name}", why_attach_refused(
-                                   listed.dom, disk, libvirt_message(exc), request.info,
+                                   listed.dom, opened, libvirt_message(exc), request.info,
                                    host.options.label_policy)) from None
         if listed.active and disk.readonly and disk.type in ("block", "file"):
             host.after_readonly_hotplug(listed.dom, listed.name, listed.uuid)
     attachment = Attachment.from_use(DiskUse(listed.name, listed.uuid, listed.active,
-                                             listed.active, disk), volume=request.vid)
+                                             listed.active, opened), volume=request.vid)
     assert attachment is not None  # the disk was rendered with its alias and target
     return attachment
+
+
+def _attach_device(listed: ListedDomain, disk: Disk, opened: Disk) -> None:
+    """Attach ``opened`` to the running guest and ``disk`` to its definition: a restart opens
+    what a link names then, the running guest keeps the device it opened (one call when the
+    two are the same)."""
+    live = libvirt.VIR_DOMAIN_AFFECT_LIVE if listed.active else 0
+    config = libvirt.VIR_DOMAIN_AFFECT_CONFIG if listed.persistent else 0
+    if opened is disk or not live or not config:
+        listed.dom.attachDeviceFlags(opened.to_xml(), live | config)
+        return
+    listed.dom.attachDeviceFlags(opened.to_xml(), live)
+    listed.dom.attachDeviceFlags(disk.to_xml(), config)  # a failure is undone by the alias
 
 
 def _outcome(target: Target, outcome: Attachment | BaseException, undone: bool,

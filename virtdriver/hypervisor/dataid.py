@@ -4,14 +4,18 @@ Two disks are the same data when they name the same block device (its device num
 path, symlink or second device node), the same file (its filesystem and inode, through any path),
 or the same network volume (protocol, name and the set of hosts, host names compared without case
 and with the protocol's default port filled in). A path that does not exist (yet) is compared by
-its normalized, symlink-resolved spelling. The sharing rules (:mod:`virtdriver.policy.sharing`)
-and the per-data lock compare these identities, never raw paths.
+its normalized, symlink-resolved spelling. A running guest's disk names the device it was
+opened on, not a link to it (:func:`opened_disk`): a link that moves later (an iSCSI re-login
+repoints os-brick's by-path links) cannot hide what the guest holds. The sharing rules
+(:mod:`virtdriver.policy.sharing`) and the per-data lock compare these identities, never raw
+paths.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from dataclasses import replace
 from typing import Final
 
 from virtdriver.config import Disk, Source
@@ -52,6 +56,18 @@ def data_identity(disk: Disk) -> DataIdentity | None:
     if src.protocol:
         return network_identity(src)
     return None
+
+
+def opened_disk(disk: Disk) -> Disk:
+    """``disk`` naming the block device its source's symlink leads to now (what QEMU opens);
+    ``disk`` itself when its source is no link to a block device."""
+    source = disk.source
+    if disk.type != "block" or source is None or not source.dev:
+        return disk
+    real = os.path.realpath(source.dev)
+    if real == os.path.normpath(source.dev) or path_identity(real)[0] != "dev":
+        return disk
+    return replace(disk, source=replace(source, dev=real))
 
 
 def identity_token(identity: DataIdentity) -> str:

@@ -16,6 +16,8 @@ Dangers:
   corrupts the image);
 - ``labels``: the per-disk security labels differ between the guests, so relabelling for one
   can cut off the other;
+- ``link``: a volume's recorded device path (os-brick's by-path link) now leads to another
+  device than the one a running guest holds: the link moved;
 - ``leak``: a recorded host connection that no guest uses any more;
 - ``startup``: a guest's definition carries a per-disk label for a security driver this host's
   libvirt does not run, so the guest will not start again (``virtdriver repair-labels``);
@@ -39,6 +41,7 @@ that, not the registrations the target holds.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -47,10 +50,11 @@ from typing import Any, Final
 import libvirt
 
 from virtdriver.attachment import describe_source
-from virtdriver.errors import DamagedRecord, HypervisorError
+from virtdriver.errors import DamagedRecord, HypervisorError, StateError
 from virtdriver.formatting import table_lines
 from virtdriver.hypervisor.apparmor import writable_readonly_disks
 from virtdriver.hypervisor.connection import libvirt_message, security_models
+from virtdriver.hypervisor.dataid import path_identity
 from virtdriver.hypervisor.domains import DiskUse, DomainState, host_state, labels_of
 from virtdriver.hypervisor.hostconn import HostConnections
 from virtdriver.hypervisor.seclabels import foreign_labels
@@ -61,7 +65,8 @@ from virtdriver.policy.migration import still_arriving
 from virtdriver.policy.reservations import fence_message, reservation_route, shared_identities
 from virtdriver.policy.sharing import Danger, Use, dangers
 
-DANGER_KINDS: Final = ("unshared", "cache", "format", "labels", "identity", "leak", "record",
+DANGER_KINDS: Final = ("unshared", "cache", "format", "labels", "identity", "link", "leak",
+                       "record",
                        "startup", "profile", "cinder", "fence", "filesystem", "orphan")
 
 
@@ -130,7 +135,10 @@ def audit_host(conn: libvirt.virConnect, state_dir: str | Path,
         raise HypervisorError("cannot read the host's guests", libvirt_message(exc)) from None
     connections = HostConnections(Path(state_dir))
     recorded, damaged = connections.scan()
-    volumes = [_audit_group(group, recorded) for group in group_disks(states)]
+    groups = group_disks(states)
+    volumes = [_audit_group(group, recorded) for group in groups]
+    for volume, group in zip(volumes, groups):
+        volume.dangers += _moved_links(group, connections)
     volumes = [v for v in volumes if v.volume != "-" or len(v.guests) > 1 or v.dangers]
     used = {vid for u in (u for g in group_disks(states) for u in g) if (vid := u.volume)}
     present = [(s.name, s.uuid) for s in states]
@@ -283,6 +291,32 @@ def _filesystem_dangers(group: list[DiskUse]) -> list[Danger]:
     return [Danger("filesystem", (
         f"written by {', '.join(writers)}{how}, but it holds {' and '.join(filesystems)}, which "
         "is not a cluster filesystem: each guest's journal overwrites the others'"))]
+
+
+def _moved_links(group: list[DiskUse], connections: HostConnections) -> list[Danger]:
+    """A volume's recorded device path that now leads to another device than the one a running
+    guest holds (a by-path link an iSCSI re-login or a rescan repointed)."""
+    found = []
+    for vid in sorted({vid for u in group if (vid := u.volume) is not None}):
+        try:
+            record = connections.load(vid)
+        except StateError:
+            continue  # a damaged record is a danger of its own
+        path = record.device_info.get("path") if record is not None else None
+        if not isinstance(path, str) or not path.startswith("/"):
+            continue
+        now = path_identity(path)
+        held = sorted({(u.domain_name, u.disk.source.dev) for u in group
+                       if u.volume == vid and u.live and u.disk.type == "block"
+                       and u.disk.source is not None and u.disk.source.dev and u.data != now})
+        if held:
+            guests = ", ".join(f"{guest} holds {dev}" for guest, dev in held)
+            found.append(Danger("link", (
+                f"{guests}, but the volume's device path {path} now leads to "
+                f"{os.path.realpath(path)}: the link moved, so another attach or a restart of "
+                "the guest gets that device; find which device is the volume before attaching "
+                "or detaching it again")))
+    return found
 
 
 def _fence_dangers(group: list[DiskUse]) -> list[Danger]:

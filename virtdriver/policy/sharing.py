@@ -90,6 +90,19 @@ def refuse_attach(volume: str, data: Hashable | None, multiattach: bool, guest_u
                           "another name; refusing to share it")
 
 
+def refuse_moved_device(volume: str, data: Hashable | None, uses: Sequence[Use]) -> None:
+    """Refuse attaching ``volume`` on device ``data`` while a running guest holds the volume on
+    another device: its device path (a by-path link) moved since, and one is not the volume."""
+    if not (isinstance(data, tuple) and data[:1] == ("dev",)):
+        return
+    held = sorted({u.guest for u in uses if u.volume == volume and u.live
+                   and isinstance(u.data, tuple) and u.data[:1] == ("dev",) and u.data != data})
+    if held:
+        raise VolumeInUse(f"volume {volume} is held by {', '.join(held)} on another device than "
+                          "its device path leads to now (the link moved); find which device is "
+                          "the volume before attaching it again")
+
+
 def refuse_fan_out(volume: str, multiattach: bool, guests: Sequence[str]) -> None:
     """Refuse an attach-many request that names no guest, or one guest twice, or several guests
     for a volume that is not multiattach."""

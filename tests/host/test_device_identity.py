@@ -1,0 +1,107 @@
+"""The identity of a disk a guest holds is the device its QEMU opened (#56, item 1).
+
+os-brick hands over by-path links; an iSCSI re-login or a rescan repoints such a link to another
+device (the OSSA-2023-003 mechanism). Here the link is our own symlink to a real loop device,
+repointed to a second one while a real guest holds the first: a second volume naming the first
+device directly must still be refused, and ``audit`` must name the moved link.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from testhosts.guests import LoopDevice, qemu_io
+from tests.support.volumes import local_volume
+from virtdriver.errors import VolumeInUse
+from virtdriver.ops.audit import audit_host
+
+pytestmark = pytest.mark.hypervisor
+
+
+@pytest.fixture
+def second_loop() -> Iterator[LoopDevice]:
+    with LoopDevice(16 * 1024 * 1024) as loop:
+        yield loop
+
+
+def repoint(link: Path, device: str) -> None:
+    """Move ``link`` to ``device`` in one step, as udev replaces a by-path link."""
+    new = link.with_name(link.name + ".new")
+    new.symlink_to(device)
+    os.replace(new, link)
+
+
+@pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "transient"])
+def test_a_moved_link_does_not_hide_the_device_a_guest_holds(
+        persistent: bool, guests, volume_driver, system_conn, loop_device, second_loop,
+        tmp_path: Path) -> None:
+    l1, l2 = loop_device.device, second_loop.device
+    assert l1 is not None and l2 is not None
+    a, c = guests.start("a", persistent=persistent), guests.start("c", persistent=persistent)
+    link = tmp_path / "ip-192.0.2.5:3260-iscsi-iqn.2010-10.org.openstack:v1-lun-1"
+    link.symlink_to(l1)
+    first = local_volume(str(link), multiattach=False)
+    vid = first["data"]["volume_id"]
+    volume_driver.attach_volume(first, a.name())
+    repoint(link, l2)
+
+    # A's QEMU writes the first device, whatever the link says now.
+    qemu_io(a, f"ua-{vid}", "write -P 0x5a 0 4096")
+    with open(l1, "rb") as dev:
+        assert dev.read(4096) == b"\x5a" * 4096
+
+    second = local_volume(l1, multiattach=False)
+    with pytest.raises(VolumeInUse, match="under another name"):
+        volume_driver.attach_volume(second, c.name())
+    assert volume_driver.list_attachments(c.name()) == []
+
+    volume = audit_host(system_conn, volume_driver.state_dir).volume(vid)
+    assert volume is not None
+    moved = [d.message for d in volume.dangers if d.kind == "link"]
+    assert len(moved) == 1, volume.dangers
+    assert str(link) in moved[0] and l1 in moved[0] and l2 in moved[0], moved
+
+    volume_driver.detach_volume(a.name(), vid)
+    assert volume_driver.list_attachments(a.name()) == []
+    assert volume_driver.records.connected() == []
+
+
+def test_a_link_that_stays_is_no_danger(guests, volume_driver, system_conn, loop_device,
+                                        tmp_path: Path) -> None:
+    assert loop_device.device is not None
+    a = guests.start("a")
+    link = tmp_path / "by-path-link"
+    link.symlink_to(loop_device.device)
+    info = local_volume(str(link), multiattach=False)
+    made = volume_driver.attach_volume(info, a.name())
+    volume = audit_host(system_conn, volume_driver.state_dir).volume(made.volumeId)
+    assert volume is not None and volume.dangers == []
+    # the definition keeps the link (a restart opens what it names then); the guest, the device
+    config = a.XMLDesc(0x2)  # VIR_DOMAIN_XML_INACTIVE
+    assert f"dev='{link}'" in config
+    assert f"dev='{loop_device.device}'" in a.XMLDesc(0)
+
+
+def test_the_same_volume_is_not_attached_on_the_device_a_moved_link_leads_to(
+        guests, volume_driver, loop_device, second_loop, tmp_path: Path) -> None:
+    l1, l2 = loop_device.device, second_loop.device
+    assert l1 is not None and l2 is not None
+    a, b = guests.start("a"), guests.start("b")
+    link = tmp_path / "by-path-link"
+    link.symlink_to(l1)
+    info = local_volume(str(link), multiattach=True)
+    vid = info["data"]["volume_id"]
+    volume_driver.attach_volume(info, a.name())
+    repoint(link, l2)
+    with pytest.raises(VolumeInUse, match=f"volume {vid} is held by {a.name()} on another "
+                                          "device than its device path leads to now"):
+        volume_driver.attach_volume(info, b.name())
+    assert volume_driver.list_attachments(b.name()) == []
+    assert volume_driver.records.connected() == [vid]  # A's connection stays
+    repoint(link, l1)
+    volume_driver.attach_volume(info, b.name())  # back where A's device is: shared as before
+    assert [x.volumeId for x in volume_driver.list_attachments(b.name())] == [vid]
