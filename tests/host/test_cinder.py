@@ -22,7 +22,7 @@ from tests.support.backends import need
 from tests.support.sharedio import writer_shares_with_reader
 from virtdriver import LibvirtVolumeDriver
 from virtdriver.cinder.client import Cinder
-from virtdriver.errors import CinderError, PolicyRefusal
+from virtdriver.errors import CinderError, PolicyRefusal, SharedWriteRefused
 from virtdriver.render import build_disk
 
 pytestmark = pytest.mark.hypervisor
@@ -364,3 +364,61 @@ def cleanup_volume(cinder: Cinder, vid: str) -> None:
         cinder.delete_attachment(att["attachment_id"], missing_ok=True)
     cinder.wait_volume(vid, ("available", "error"))
     cinder.call("DELETE", f"/volumes/{vid}")
+
+
+def test_cinder_writers_on_other_hosts_count(cinder, cinder_secret, multiattach_type, guests,
+                                             tmp_path, caplog) -> None:
+    """A read-write attachment Cinder has for another compute host is a writer the guard
+    counts: an ext4 volume's first writer here is refused (exit 3 on the CLI), unless
+    --allow-shared-write; a read-only one elsewhere, or a reader here, is not refused."""
+    import logging
+
+    from testhosts.guests import LoopDevice
+    from tests.support.volumes import local_volume
+    from virtdriver.cinder import flow as cinder_flow
+
+    vid = new_volume(cinder, multiattach_type)["id"]
+    state = tmp_path / "state"
+    driver = LibvirtVolumeDriver("qemu:///system", state_dir=state)
+    here = driver.connector_properties("rw")
+    other = dict(here, host="vd-other-node.test")
+    a, b, c = guests.start("wa"), guests.start("wb"), guests.start("wc")
+    try:
+        ro = cinder.create_attachment(vid, dict(other, mode="ro"), "ro")["attachment"]["id"]
+        cinder.complete_attachment(ro)
+        assert cinder_flow.writers_elsewhere(driver, cinder, cinder.volume(vid),
+                                             here["host"]) == []  # a reader elsewhere
+        rw = cinder.create_attachment(vid, other, "rw")["attachment"]["id"]
+        cinder.complete_attachment(rw)
+        elsewhere = cinder_flow.writers_elsewhere(driver, cinder, cinder.volume(vid),
+                                                  here["host"])
+        assert elsewhere == [f"attachment {rw} on vd-other-node.test"]
+
+        # the guard reads what the volume holds on this host: here an ext4 on a loop device
+        # standing in for the volume's data, the writers elsewhere as Cinder named them
+        with LoopDevice(64 << 20) as loop:
+            subprocess.run(["mkfs.ext4", "-q", "-F", loop.device], check=True,
+                           capture_output=True)
+            info = local_volume(loop.device, multiattach=True, volume_id=vid)
+            with pytest.raises(SharedWriteRefused, match=rf"holds ext4.*attachment {rw} on "
+                                                         r"vd-other-node\.test"):
+                driver.attach_volume(info, a.name(), writers_elsewhere=elsewhere)
+            assert driver.list_attachments(a.name()) == []
+            assert driver.records.connected() == []  # this call's connect released again
+            driver.attach_volume(info, b.name(), attach_mode="ro",
+                                 writers_elsewhere=elsewhere)  # a reader: warned only
+            driver.attach_volume(info, a.name(), writers_elsewhere=elsewhere,
+                                 allow_shared_write=True)
+            driver.detach_volume(a.name(), vid)
+            driver.detach_volume(b.name(), vid)
+
+        # attach --cinder asks Cinder itself: the RBD volume is opened by QEMU, so this host
+        # cannot read it, and says the writer elsewhere shares it (before: nothing was said)
+        with caplog.at_level(logging.WARNING, logger="virtdriver"):
+            assert cli("--state-dir", str(state), "attach", c.name(), "--cinder", cinder.url,
+                       "--volume", vid) == 0
+        said = [r.getMessage() for r in caplog.records if "shared with a writer" in r.getMessage()]
+        assert said and f"attachment {rw} on vd-other-node.test" in said[0], said
+        assert cli("--state-dir", str(state), "detach", c.name(), vid) == 0
+    finally:
+        cleanup_volume(cinder, vid)

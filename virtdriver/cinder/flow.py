@@ -31,13 +31,15 @@ def attach(driver: Any, cinder: Cinder, instance: str, volume_id: str,
     mode = attach_mode or "rw"
     volume = cinder.volume(volume_id)
     connector = driver.connector_properties(mode)
+    elsewhere = writers_elsewhere(driver, cinder, volume, connector.get("host"))
     record = cinder.create_attachment(volume_id, connector, mode)
     att_id = record["attachment"]["id"]
     attached = None
     try:
         doc = {"attachment": dict(record["attachment"],
                                   multiattach=bool(volume.get("multiattach")))}
-        attached = driver.attach_volume(doc, instance, attach_mode=attach_mode, **placement)
+        attached = driver.attach_volume(doc, instance, attach_mode=attach_mode,
+                                        writers_elsewhere=elsewhere, **placement)
         remember(driver, instance, volume_id, att_id, cinder.url)
         cinder.complete_attachment(att_id)
     except BaseException as exc:
@@ -59,6 +61,26 @@ class Detached(NamedTuple):
 
     attachment: str | None
     detached: bool
+
+
+def writers_elsewhere(driver: Any, cinder: Cinder, volume: dict[str, Any],
+                      here: str | None) -> list[str]:
+    """The volume's attachments that Cinder has on other hosts and that may write (not
+    ``ro``), named for the filesystem guard. Cinder names an attachment's host to an
+    administrator only: one it does not name counts unless a guest here remembers it."""
+    listed = [a for a in volume.get("attachments") or [] if a.get("host_name") != here]
+    if not listed:
+        return []
+    detail = cinder.call("GET", f"/attachments/detail?volume_id={volume['id']}")
+    modes = {a.get("id"): a.get("attach_mode") for a in detail.get("attachments") or []}
+    mine: set[str] = set()
+    if any(not a.get("host_name") for a in listed):
+        mine = {att for dom in driver.compute_host.connection.get().listAllDomains(0)
+                for att, _ in notes_of(dom).values()}
+    return [f"attachment {a['attachment_id']} on "
+            f"{a.get('host_name') or 'a host Cinder does not name'}"
+            for a in listed if modes.get(a["attachment_id"]) != "ro"
+            and a["attachment_id"] not in mine]
 
 
 def detach(driver: Any, instance: str, volume_id: str, cinder_url: str | None = None,

@@ -132,7 +132,8 @@ class LibvirtVolumeDriver:
                       bus: str | None = None, device: str = "disk",
                       luks_secret_uuid: str | None = None, cache: str | None = None,
                       error_policy: str | None = None, rerror_policy: str | None = None,
-                      allow_shared_write: bool = False) -> Attachment:
+                      allow_shared_write: bool = False,
+                      writers_elsewhere: Sequence[str] = ()) -> Attachment:
         """Connect the host side, render, and attach to the guest (live and persistent).
 
         Anything that fails is undone, the host connect included unless another local guest
@@ -141,15 +142,19 @@ class LibvirtVolumeDriver:
         record's own mode, else ``rw``. ``cache`` (``none``/``directsync``) and the error
         policies are this attachment's; ``allow_shared_write`` lets a second guest write a
         filesystem that is not a cluster one (:mod:`virtdriver.policy.filesystems`).
+        ``writers_elsewhere`` names the volume's writers on other hosts (e.g. from Cinder's
+        attachments): they count as writers, which this host's guests alone do not show.
         """
         arguments.mapping(connection_info, "connection_info")
         check_instance(instance)
         arguments.flag(allow_shared_write, "allow_shared_write")
+        elsewhere = arguments.texts(writers_elsewhere, "writers_elsewhere")
         connection_info, attach_mode = normalize(connection_info, attach_mode)
         placement = attach_steps.Placement(attach_mode, target_dev, bus, device, luks_secret_uuid,
                                            cache, error_policy, rerror_policy)
         return attach_batch.attach_one(self.compute_host, connection_info, instance, placement,
-                                       allow_shared_write=allow_shared_write)
+                                       allow_shared_write=allow_shared_write,
+                                       writers_elsewhere=elsewhere)
 
     def attach_volume_to_many(self, connection_info: Mapping[str, Any],
                               instances: Sequence[str], *,

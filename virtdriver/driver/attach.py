@@ -91,29 +91,34 @@ class Target:
 
 def attach(host: ComputeHost, connection_info: Mapping[str, Any], instances: Sequence[str],
            placements: Sequence[Placement], *, progress: Progress | None = None,
-           max_parallel: int = 16, allow_shared_write: bool = False) -> list[Attachment]:
+           max_parallel: int = 16, allow_shared_write: bool = False,
+           writers_elsewhere: Sequence[str] = ()) -> list[Attachment]:
     """Attach one volume to every guest in ``instances`` (all or nothing).
 
     ``allow_shared_write`` lets a second guest write a filesystem that is not a cluster one
     (:mod:`virtdriver.policy.filesystems`); the override is noted in the guests' metadata.
+    ``writers_elsewhere`` names the volume's writers on other hosts, which count as writers.
     """
     asked_at = time.monotonic_ns()
     request = prepare(host, connection_info, instances)
     return attach_prepared(host, request, request.data_before_connect(), instances, placements,
                            asked_at=asked_at, progress=progress, max_parallel=max_parallel,
-                           allow_shared_write=allow_shared_write)
+                           allow_shared_write=allow_shared_write,
+                           writers_elsewhere=writers_elsewhere)
 
 
 def attach_prepared(host: ComputeHost, request: VolumeRequest, known: DataIdentity | None,
                     instances: Sequence[str], placements: Sequence[Placement], *, asked_at: int,
                     progress: Progress | None = None, max_parallel: int = 16,
-                    allow_shared_write: bool = False) -> list[Attachment]:
+                    allow_shared_write: bool = False,
+                    writers_elsewhere: Sequence[str] = ()) -> list[Attachment]:
     """:func:`attach` of a request :func:`prepare` made; ``known``: its data before the lock,
     ``asked_at``: ``time.monotonic_ns()`` when the caller asked."""
     with locked(host, request, known) as held:
         done = attach_locked(host, held, request, known, instances, placements,
                              asked_at=asked_at, progress=progress, max_parallel=max_parallel,
-                             allow_shared_write=allow_shared_write)
+                             allow_shared_write=allow_shared_write,
+                             writers_elsewhere=writers_elsewhere)
     return done.finish(progress)
 
 
@@ -155,7 +160,8 @@ def attach_locked(host: ComputeHost, held: HeldLocks, request: VolumeRequest,
                   known: DataIdentity | None, instances: Sequence[str],
                   placements: Sequence[Placement], *, asked_at: int,
                   progress: Progress | None = None, max_parallel: int = 16,
-                  allow_shared_write: bool = False) -> Attached:
+                  allow_shared_write: bool = False,
+                  writers_elsewhere: Sequence[str] = ()) -> Attached:
     """:func:`attach` once the caller holds :func:`locked` (``held``) for the same ``known``."""
     targets, view = _read_host(host, instances, read_from(held, known, asked_at))
     data = known if known is not None and known[0] != "key" else None
@@ -173,7 +179,7 @@ def attach_locked(host: ComputeHost, held: HeldLocks, request: VolumeRequest,
         host.connect(request, record)
         overridden = shared_write.check(request, [t.name for t in targets],
                                         [p.mode for p in placements], used_before,
-                                        allow_shared_write)
+                                        allow_shared_write, writers_elsewhere)
         attaching = True
         results = _attach_all(host, request, targets, placements, view, max_parallel,
                               per_guest, aliases)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from virtdriver.attachment import Attachment
@@ -31,8 +31,9 @@ LOG = logging.getLogger(__name__)
 
 
 def attach_one(host: ComputeHost, connection_info: Mapping[str, Any], instance: str,
-               placement: Placement, *, allow_shared_write: bool = False) -> Attachment:
-    """Attach a volume to one guest.
+               placement: Placement, *, allow_shared_write: bool = False,
+               writers_elsewhere: Sequence[str] = ()) -> Attachment:
+    """Attach a volume to one guest (``writers_elsewhere``: its writers on other hosts).
 
     Attaches of one multiattach volume that wait for its lock at the same time are done
     together, as an attach to many: one read of the host, one connect, parallel attaches. If
@@ -43,7 +44,8 @@ def attach_one(host: ComputeHost, connection_info: Mapping[str, Any], instance: 
     known = request.data_before_connect()
     if not request.multiattach:  # a second guest is refused anyway: nothing to share
         return attach_prepared(host, request, known, [instance], [placement],
-                               asked_at=asked_at, allow_shared_write=allow_shared_write)[0]
+                               asked_at=asked_at, allow_shared_write=allow_shared_write,
+                               writers_elsewhere=writers_elsewhere)[0]
 
     def run(take: Callable[[], list[tuple[str, Placement]]]) -> list[Attachment | BaseException]:
         with locked(host, request, known) as held:
@@ -56,7 +58,8 @@ def attach_one(host: ComputeHost, connection_info: Mapping[str, Any], instance: 
                 try:
                     together = attach_locked(host, held, request, known, [i for i, _ in batch],
                                              [p for _, p in batch], asked_at=asked_at,
-                                             allow_shared_write=allow_shared_write)
+                                             allow_shared_write=allow_shared_write,
+                                             writers_elsewhere=writers_elsewhere)
                 except Exception as exc:  # noqa: BLE001 - undone; each is tried alone below
                     LOG.debug("volume %s: attaching %d together failed (%s); each in turn",
                               request.vid, len(batch),
@@ -67,13 +70,14 @@ def attach_one(host: ComputeHost, connection_info: Mapping[str, Any], instance: 
                     try:
                         alone.append(attach_locked(host, held, request, known, [instance_],
                                                    [placement_], asked_at=asked_at,
-                                                   allow_shared_write=allow_shared_write))
+                                                   allow_shared_write=allow_shared_write,
+                                                   writers_elsewhere=writers_elsewhere))
                     except Exception as exc:  # noqa: BLE001 - this caller's own outcome
                         alone.append(exc)
         if together is not None:  # the overrides are noted once the locks are released
             return list(together.finish(None))
         return [o if isinstance(o, BaseException) else o.finish(None)[0] for o in alone]
 
-    key = (request.vid, allow_shared_write,
+    key = (request.vid, allow_shared_write, tuple(sorted(writers_elsewhere)),
            json.dumps(request.info, sort_keys=True, default=str))
     return host.attach_batches.submit(key, (instance, placement), run)

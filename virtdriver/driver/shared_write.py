@@ -32,14 +32,17 @@ LOG = logging.getLogger("virtdriver.sharing")  # said on the CLI's terminal too
 
 
 def check(request: VolumeRequest, guests: Sequence[str], modes: Sequence[str],
-          used_before: Sequence[Use], allow_shared_write: bool) -> str | None:
+          used_before: Sequence[Use], allow_shared_write: bool,
+          elsewhere: Sequence[str] = ()) -> str | None:
     """Refuse a joining second writer of a filesystem that is not a cluster one, of swap, or
     of data the probe could not decide; warn of a reader beside writers. ``guests`` join with
-    ``modes``; ``used_before``: the volume's other users. Returns what a granted override lets
-    several guests write."""
+    ``modes``; ``used_before``: the volume's other users here; ``elsewhere``: its writers on
+    other hosts, as the caller knows them (Cinder's attachments). Returns what a granted
+    override lets several guests write."""
     joining = {g: "ro" if request.mode == "ro" else m for g, m in zip(guests, modes)}
     writers = sorted({u.guest for u in used_before if not u.readonly}
-                     | {name for name, mode in joining.items() if mode == "rw"})
+                     | {name for name, mode in joining.items() if mode == "rw"}
+                     | set(elsewhere))
     readers = sorted(({u.guest for u in used_before} | set(joining)) - set(writers))
     if not writers or len(writers) + len(readers) < 2:
         return None
@@ -49,9 +52,9 @@ def check(request: VolumeRequest, guests: Sequence[str], modes: Sequence[str],
         source = None
     path = (source.dev or source.file) if source is not None else None
     if path is None:
-        LOG.warning("volume %s is shared with a writer, and what it holds is not checked: "
+        LOG.warning("volume %s is shared with a writer%s, and what it holds is not checked: "
                     "QEMU opens it over the network itself, which this host cannot read",
-                    request.vid)
+                    request.vid, f" ({', '.join(elsewhere)})" if elsewhere else "")
         return None
     try:
         signatures = read_signatures(path)
