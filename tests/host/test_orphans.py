@@ -222,26 +222,34 @@ def test_a_release_that_fails_is_said_and_the_sweep_goes_on(tmp_path: Path,
     assert not mounted_now(free)
 
 
-def test_a_record_that_is_a_dangling_link_is_damage(tmp_path: Path,
-                                                    unmounted_after: list[bytes]) -> None:
-    """Item 9: a record that leads nowhere may account for a connection: audit names it, the
-    sweep keeps every orphan; an attach of that volume stops on it too."""
+@pytest.mark.parametrize("damage", ["dangling link", "fifo", "link to a device"])
+def test_a_record_that_is_no_file_is_damage(tmp_path: Path, unmounted_after: list[bytes],
+                                            damage: str) -> None:
+    """Item 9: a record that leads nowhere, or to what is no file (a FIFO would stall a read, a
+    device never ends), may account for a connection: audit names it, the sweep keeps every
+    orphan, and neither waits; an attach of that volume stops on it too."""
     state = tmp_path / "state"
     orphan = tmpfs_at(os.fsencode(state / "mnt" / "share"))
     unmounted_after.append(orphan)
-    link = HostConnections(state).path("vol-linked")
-    link.parent.mkdir(parents=True)
-    link.symlink_to(tmp_path / "gone.json")
+    record = HostConnections(state).path("vol-linked")
+    record.parent.mkdir(parents=True)
+    if damage == "fifo":
+        os.mkfifo(record)
+    else:
+        record.symlink_to(tmp_path / "gone.json" if damage == "dangling link" else "/dev/zero")
 
-    audit = json.loads(cli(state, "audit", "--json").stdout)
-    damaged = [d["message"] for v in audit["volumes"] for d in v["dangers"]
+    audit = cli(state, "audit", "--json")
+    no_traceback(audit)
+    damaged = [d["message"] for v in json.loads(audit.stdout)["volumes"] for d in v["dangers"]
                if d["kind"] == "record"]
-    assert len(damaged) == 1 and str(link) in damaged[0], audit
+    assert len(damaged) == 1 and str(record) in damaged[0], audit.stdout
     swept = cli(state, "release", "--orphans")
     no_traceback(swept)
-    assert swept.returncode == 1 and f"record {link} is damaged" in swept.stderr, swept.stderr
+    assert swept.returncode == 1 and f"record {record} is damaged" in swept.stderr, swept.stderr
     assert mounted_now(orphan)
-    with pytest.raises(DamagedRecord, match="a symbolic link to a file that does not exist"):
+    with pytest.raises(DamagedRecord, match={
+            "dangling link": "a symbolic link to a file that does not exist",
+            "fifo": "Expecting value", "link to a device": "longer than"}[damage]):
         HostConnections(state).load("vol-linked")
 
 

@@ -259,7 +259,7 @@ class HostConnections:
         it; it must not block other volumes)."""
         try:
             raw = read_bytes(f"{self.records}/{name}")
-        except OSError:
+        except (OSError, ValueError):  # ValueError: no end (a link to a device)
             return None
         try:
             record = self._parse(self.records / name, raw.decode("utf-8"))[1]
