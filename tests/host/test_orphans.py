@@ -148,7 +148,8 @@ def no_traceback(result: subprocess.CompletedProcess[str]) -> None:
 
 def test_a_mount_point_that_is_not_utf8_breaks_neither_audit_nor_the_sweep(
         tmp_path: Path, unmounted_after: list[bytes]) -> None:
-    """Item 7: mountinfo is bytes; a name that is not UTF-8, outside the mount base or in it."""
+    """Item 7: mountinfo is bytes; a name that is not UTF-8, outside the mount base or in it
+    (doctor's look at mount propagation reads every mount too)."""
     state = tmp_path / "state"
     outside = tmpfs_at(os.fsencode(tmp_path) + b"/elsewhere\xff\xfe")
     inside = tmpfs_at(os.fsencode(state) + b"/mnt/orphan\xff\n\x1b")
@@ -169,6 +170,9 @@ def test_a_mount_point_that_is_not_utf8_breaks_neither_audit_nor_the_sweep(
     assert released.stdout.splitlines() == [f"{shown}: released",
                                             "1 orphaned host connection released"]
     assert not mounted_now(inside) and mounted_now(outside)
+    doctor = cli(state, "doctor", "--json", "--mount-base", str(state / "mnt"))  # reads it too
+    no_traceback(doctor)
+    assert "new_namespace" in json.loads(doctor.stdout)["facts"]["mount_propagation"]  # probed
 
 
 def test_one_busy_orphan_does_not_stop_the_sweep(tmp_path: Path,

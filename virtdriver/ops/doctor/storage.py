@@ -138,7 +138,8 @@ def _probe(base: str) -> tuple[bool, dict[str, bool]]:
     child = subprocess.Popen(
         ["unshare", "--mount", "--propagation", "slave", "sh", "-c",
          "echo ready; read go; cat /proc/self/mountinfo"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        errors="surrogateescape")  # mount points are bytes, not always UTF-8
     try:
         if child.stdout is None or child.stdout.readline() != "ready\n":
             raise OSError(f"unshare failed: {child.communicate(timeout=20)[1].strip()}")
