@@ -314,14 +314,17 @@ def add_hypervisor_commands(sub: Any) -> None:
                     "--orphans: remove the host connections that no record and no guest "
                     "accounts for (iSCSI sessions, NVMe-oF controllers, mapped RBD images, "
                     "mounts in the mount base; 'orphan' in 'virtdriver audit'), each unless a "
-                    "holder, a mount or an open device keeps it.",
+                    "holder, a mount or an open device keeps it (for a mount: a mount below it, "
+                    "a process working in it). Each orphan is said, released or why kept; a "
+                    "release that fails keeps that one, the others are still swept, and the "
+                    "exit status is then 1.",
         epilog="examples:\n  virtdriver release 4f1c2b7e-9d1a-4c55-8e0b-2f3a4b5c6d7e\n"
                "  virtdriver release --orphans")
     p.add_argument("volume_id", metavar="VOLUME_ID", nargs="?")
     p.add_argument("--orphans", action="store_true",
                    help="remove unaccounted host connections instead of one volume's")
     p.add_argument("--mount-base", metavar="DIR",
-                   help="where shares are mounted (default: STATE_DIR/mnt)")
+                   help="where shares are mounted, an absolute path (default: STATE_DIR/mnt)")
     add_lock_timeout(p)
     p.set_defaults(func=_release)
 

@@ -137,8 +137,8 @@ def add_operator_commands(sub: Any) -> None:
                    help="also compare the guests with the Cinder attachments that "
                         "'attach --cinder' made there ('cinder' dangers)")
     p.add_argument("--mount-base", metavar="DIR",
-                   help="where shares are mounted (default: STATE_DIR/mnt): its mounts no "
-                        "record or guest accounts for are orphans")
+                   help="where shares are mounted, an absolute path (default: "
+                        "STATE_DIR/mnt): its mounts no record or guest accounts for are orphans")
     p.set_defaults(func=_audit)
 
     p = sub.add_parser(

@@ -220,6 +220,8 @@ class LibvirtVolumeDriver:
 
         Returns each orphan's description with ``None`` when released, else why it was kept
         (a holder, a mount, a process with its device open); see :mod:`virtdriver.ops.orphans`.
+        A release that fails keeps that orphan and the sweep goes on; it then raises
+        :class:`~virtdriver.errors.OrphansNotReleased`, whose ``outcome`` is the same list.
         """
         from virtdriver.ops.orphans import sweep
 

@@ -8,8 +8,12 @@ mount point) or a guest's disk, running or defined, uses one of its devices or a
 What is left is an orphan: a connection a crashed attach, a lost record or another tool left
 behind, which holds target resources and host memory until reboot.
 
-:func:`release_orphans` removes an orphan only when nothing on the host holds its devices: no
-guest, no holder (device mapper, LVM, md), no mount, no process with the device open. It runs
+:func:`sweep` removes an orphan only when nothing on the host holds its devices: no guest, no
+holder (device mapper, LVM, md), no mount, no process with the device open (for a mount: no mount
+below it, no process with a file, working directory, root, program or mapped file below it). It
+goes orphan by orphan: a release that fails all the same keeps that orphan, the others are still
+swept, and :class:`~virtdriver.errors.OrphansNotReleased` then says each outcome. Mount points
+are bytes: a name that is not UTF-8 is kept as ``os.fsdecode`` gives it and shown escaped. It runs
 under the host-connections lock, which every virtdriver connect holds shared until its record is
 written, so a connection being made is never taken for an orphan. A compute service that connects
 volumes without virtdriver's records (nova's own volume drivers) does not take that lock: sweep
