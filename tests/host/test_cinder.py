@@ -244,7 +244,8 @@ def run_printed(command: str) -> subprocess.CompletedProcess[str]:
 def test_extend_fix_for_a_read_only_guest_keeps_cinders_attachment(
         cinder, cinder_secret, multiattach_type, backends, guests, tmp_path) -> None:
     """extend names the ro guest its RBD node cannot reopen; the printed fix, run as printed,
-    brings it up to date AND leaves Cinder an attachment for it (a new one, ro)."""
+    brings it up to date AND leaves Cinder an attachment for it (a new one, ro), with the
+    disk's own cache and error policies."""
     import sys
 
     vid = new_volume(cinder, multiattach_type)["id"]
@@ -255,7 +256,8 @@ def test_extend_fix_for_a_read_only_guest_keeps_cinders_attachment(
         base = ["--state-dir", str(state), "attach"]
         assert cli(*base, a.name(), "--cinder", cinder.url, "--volume", vid) == 0
         assert cli(*base, b.name(), "--cinder", cinder.url, "--volume", vid,
-                   "--attach-mode", "ro") == 0
+                   "--attach-mode", "ro", "--cache", "directsync", "--error-policy",
+                   "report") == 0
         a_att = cinder_flow_note(driver, a.name(), vid)
         record = tmp_path / "volume.json"
         record.write_text(json.dumps(cinder.call("GET", f"/attachments/{a_att}")))
@@ -272,7 +274,7 @@ def test_extend_fix_for_a_read_only_guest_keeps_cinders_attachment(
         assert f"{b.name()} shows {1 << 30} bytes" in line
         expected = (f"virtdriver --state-dir {state} detach {b.name()} {vid} && virtdriver "
                     f"--state-dir {state} attach {b.name()} --cinder {cinder.url} --volume "
-                    f"{vid} --attach-mode ro")
+                    f"{vid} --attach-mode ro --cache directsync --error-policy report")
         assert expected in line, line
         fixed = run_printed(line.split("detach and attach it again through Cinder: ", 1)[1])
         assert fixed.returncode == 0, fixed.stderr
@@ -281,6 +283,7 @@ def test_extend_fix_for_a_read_only_guest_keeps_cinders_attachment(
         assert block_info(b, alias).ro and not block_info(a, alias).ro
         (att,) = driver.list_attachments(b.name())
         assert b.blockInfo(att.device.removeprefix("/dev/"))[0] == 2 << 30
+        assert (att.cache, att.error_policy) == ("directsync", "report")
         b_att = cinder_flow_note(driver, b.name(), vid)
         attached = {x["attachment_id"] for x in cinder.volume(vid)["attachments"]}
         assert attached == {a_att, b_att}  # Cinder still knows both guests
@@ -359,11 +362,23 @@ def cinder_dangers(state: Path, cinder: Cinder, vid: str) -> list[str]:
 
 
 def cleanup_volume(cinder: Cinder, vid: str) -> None:
-    """Delete whatever attachments remain, then the volume."""
+    """Delete whatever attachments remain, then the volume, and wait until it is gone (its
+    volume type can be deleted then)."""
+    import time
+
     for att in cinder.volume(vid)["attachments"]:
         cinder.delete_attachment(att["attachment_id"], missing_ok=True)
     cinder.wait_volume(vid, ("available", "error"))
     cinder.call("DELETE", f"/volumes/{vid}")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            cinder.volume(vid)
+        except CinderError as exc:
+            if exc.status == 404:
+                return
+            raise
+        time.sleep(0.2)
 
 
 def test_cinder_writers_on_other_hosts_count(cinder, cinder_secret, multiattach_type, guests,

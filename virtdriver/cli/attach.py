@@ -282,7 +282,9 @@ def add_hypervisor_commands(sub: Any) -> None:
     p = sub.add_parser(
         "detach", help="detach a volume from a guest", formatter_class=raw,
         description="Detach one attachment, wait for libvirt to confirm the removal, and "
-                    "disconnect the host side when no other guest on this host uses it.",
+                    "disconnect the host side when no other guest on this host uses it. A "
+                    "volume attached with --cinder also has its Cinder attachment deleted, "
+                    "and only that when the guest no longer has the disk (after a swap).",
         epilog="example:\n  virtdriver detach guest-a 4f1c2b7e-9d1a-4c55-8e0b-2f3a4b5c6d7e")
     p.add_argument("domain", metavar="DOMAIN", help="guest name or UUID")
     p.add_argument("volume_id", metavar="VOLUME_ID")

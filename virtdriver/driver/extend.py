@@ -19,6 +19,7 @@ from typing import Any, TypedDict
 
 import libvirt
 
+from virtdriver.config import Disk
 from virtdriver.driver.compute_host import ComputeHost
 from virtdriver.driver.request import VolumeRequest
 from virtdriver.errors import (
@@ -192,15 +193,30 @@ def _fix(dom: libvirt.virDomain, use: DiskUse) -> str:
     """The one command that brings a guest left behind up to date."""
     if use.disk.readonly:  # (an explicit ro is taken from every shape: read-only wins)
         detach = f"virtdriver detach {use.domain_name} {use.volume}"
+        kept = _kept(use.disk)
         cinder = _cinder_note(dom, use.volume)
         if cinder is not None:  # detach deletes that attachment: attach makes a new one
             return (f"detach and attach it again through Cinder: {detach} && virtdriver attach "
                     f"{use.domain_name} --cinder {shlex.quote(cinder)} --volume {use.volume} "
-                    "--attach-mode ro")
+                    f"--attach-mode ro{kept}")
         shared = " --multiattach" if use.disk.shareable else ""
         return (f"detach and attach it again: {detach} && virtdriver attach {use.domain_name} "
-                f"CONNECTION_INFO --attach-mode ro{shared}")
+                f"CONNECTION_INFO --attach-mode ro{shared}{kept}")
     return f"run again for it: virtdriver extend CONNECTION_INFO {use.domain_name}"
+
+
+def _kept(disk: Disk) -> str:
+    """The attach options that give a disk its own device kind and policies again."""
+    kept = " --device lun" if disk.device == "lun" else ""
+    driver = disk.driver
+    if driver is not None:
+        if driver.cache == "directsync":
+            kept += " --cache directsync"
+        if driver.error_policy in ("stop", "report", "ignore", "enospace"):
+            kept += f" --error-policy {driver.error_policy}"
+        if driver.rerror_policy in ("stop", "report", "ignore"):
+            kept += f" --rerror-policy {driver.rerror_policy}"
+    return kept
 
 
 def _cinder_note(dom: libvirt.virDomain, volume: str | None) -> str | None:
