@@ -33,7 +33,7 @@ def _migrate(args: argparse.Namespace) -> int:
         destination = LibvirtVolumeDriver(args.to, options=_dest_options(source, args))
         kept = source.migrate(args.domain, destination, infos, uri=args.migration_uri,
                               peer_to_peer=args.p2p, interrupts=interrupts,
-                              progress=progress)
+                              progress=progress, allow_shared_write=args.allow_shared_write)
         progress.close()
         say(f"Guest {args.domain} migrated to {args.to}")
         for vid in kept:
@@ -56,7 +56,8 @@ def _prepare(args: argparse.Namespace) -> int:
     from virtdriver.cli.streams import read_volume
 
     info, mode = read_volume(args.connection_info, args.attach_mode)
-    driver_for(args).prepare_incoming(info, args.domain, mode)
+    driver_for(args).prepare_incoming(info, args.domain, mode,
+                                      allow_shared_write=args.allow_shared_write)
     say(f"Volume connected on this host for {args.domain}, arriving by live migration")
     return 0
 
@@ -94,6 +95,12 @@ def _abort(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_override(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-shared-write", action="store_true",
+                   help="let the arriving guest be a second writer of a filesystem that is not a "
+                        "cluster one (ext4, xfs, ...) on the destination")
+
+
 def add_migration_commands(sub: Any) -> None:
     from virtdriver.cli.attach import add_attach_mode, add_host_options, add_lock_timeout
 
@@ -115,6 +122,7 @@ def add_migration_commands(sub: Any) -> None:
     p.add_argument("--p2p", action="store_true",
                    help="peer to peer: this host's libvirtd opens --to itself and drives the "
                         "migration (the URI must work from that daemon)")
+    _add_override(p)
     add_host_options(p)
     p.set_defaults(func=_migrate)
 
@@ -123,6 +131,7 @@ def add_migration_commands(sub: Any) -> None:
     p.add_argument("connection_info", metavar="CONNECTION_INFO", help="JSON file, or -")
     p.add_argument("domain", metavar="DOMAIN", help="the arriving guest's UUID (or name)")
     add_attach_mode(p)
+    _add_override(p)
     add_host_options(p)
     p.set_defaults(func=_prepare)
 

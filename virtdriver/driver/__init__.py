@@ -277,14 +277,18 @@ class LibvirtVolumeDriver:
     # ---- live migration (see virtdriver.driver.migrate) -------------------------------------
 
     def prepare_incoming(self, connection_info: Mapping[str, Any], instance: str,
-                         attach_mode: str | None = None) -> None:
+                         attach_mode: str | None = None, *,
+                         allow_shared_write: bool = False) -> None:
         """On the destination: connect the volume for ``instance`` before it arrives by live
         migration; it counts as a user of the volume here from now on. ``attach_mode``
-        ``None``: an attachment record's own, else ``rw``."""
+        ``None``: an attachment record's own, else ``rw``. Refused as an attach of the guest
+        would be (``allow_shared_write`` as for :meth:`attach_volume`)."""
         arguments.mapping(connection_info, "connection_info")
         check_instance(instance)
+        arguments.flag(allow_shared_write, "allow_shared_write")
         connection_info, attach_mode = normalize(connection_info, attach_mode)
-        migrate_steps.prepare_incoming(self.compute_host, connection_info, instance, attach_mode)
+        migrate_steps.prepare_incoming(self.compute_host, connection_info, instance, attach_mode,
+                                       allow_shared_write=allow_shared_write)
 
     def incoming_xml(self, domain_xml: str,
                      connection_infos: Sequence[Mapping[str, Any]]) -> str:
@@ -322,12 +326,15 @@ class LibvirtVolumeDriver:
                 connection_infos: Sequence[Mapping[str, Any]], *,
                 uri: str | None = None, peer_to_peer: bool = False,
                 interrupts: Interrupts | None = None,
-                progress: Callable[[int, int], None] | None = None) -> list[str]:
+                progress: Callable[[int, int], None] | None = None,
+                allow_shared_write: bool = False) -> list[str]:
         """Live-migrate ``instance`` and its volumes to ``destination`` (all the steps around
         libvirt's migration); returns the volumes this host keeps connected for other guests.
         ``progress(processed, total)`` hears how far it is, in bytes; whatever it raises aborts
-        the migration (undone on both hosts as any failed one). See
-        :func:`virtdriver.driver.migrate.migrate` and docs/migration.md."""
+        the migration (undone on both hosts as any failed one). ``allow_shared_write``: the
+        destination's preparation may give a second writer a filesystem that is not a cluster
+        one (as for :meth:`attach_volume`). See :func:`virtdriver.driver.migrate.migrate` and
+        docs/migration.md."""
         check_instance(instance)
         arguments.instance_of(destination, LibvirtVolumeDriver, "destination",
                               "a LibvirtVolumeDriver")
@@ -335,9 +342,11 @@ class LibvirtVolumeDriver:
         arguments.text(uri, "uri", optional=True)
         arguments.flag(peer_to_peer, "peer_to_peer")
         arguments.function(progress, "progress", optional=True)
+        arguments.flag(allow_shared_write, "allow_shared_write")
         return migrate_steps.migrate(self.compute_host, destination.compute_host, instance,
                                      connection_infos, uri=uri, peer_to_peer=peer_to_peer,
-                                     interrupts=interrupts, progress=progress)
+                                     interrupts=interrupts, progress=progress,
+                                     allow_shared_write=allow_shared_write)
 
     def close(self) -> None:
         self.compute_host.close()

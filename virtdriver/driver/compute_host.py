@@ -191,10 +191,32 @@ class ComputeHost:
             try:
                 with locks(self.options.lock_dir, [vid], [], operation="note an arrival",
                            timeout=0):
-                    self.forget_arrivals(vid, tokens={a.token for a in arrived})
+                    self.forget_arrived(vid, tokens={a.token for a in arrived}, timeout=0)
             except (LockTimeout, VirtDriverError) as exc:  # busy: its holder settles it
                 LOG.debug("arrival notes of volume %s left for later: %s", vid, exc)
         return [a.as_use() for a in waiting], records
+
+    def forget_arrived(self, vid: str, *, guest: DomainState | str | None = None,
+                       tokens: set[str | None] | None = None,
+                       timeout: float | None = None) -> list[Arrival]:
+        """:meth:`forget_arrivals` of a guest that has arrived, under its notes' data locks too.
+
+        A read of the host that listed the guests before the guest arrived and reads the notes
+        after they are gone sees neither; the data lock's release, stamped after the removal,
+        tells an attach holding that lock to read again (:func:`virtdriver.driver.attach.
+        read_from`). ``timeout``: for the data locks (default the host's lock timeout).
+        """
+        from virtdriver.policy.migration import Arrival
+
+        record = self.records.load(vid)
+        notes = [Arrival.from_json(raw) for raw in record.arriving] if record else []
+        data = sorted({n.data for n in notes if n.data is not None
+                       and _matches(n, guest, tokens)})
+        with locks(self.options.lock_dir, [], [(identity_token(d), f"volume {vid}")
+                                               for d in data],
+                   operation="forget an arrival", notice_after=self.options.lock_notice_after,
+                   timeout=self.options.lock_timeout if timeout is None else timeout):
+            return self.forget_arrivals(vid, guest=guest, tokens=tokens)
 
     def forget_arrivals(self, vid: str, *, guest: DomainState | str | None = None,
                         tokens: set[str | None] | None = None) -> list[Arrival]:
@@ -206,17 +228,9 @@ class ComputeHost:
         from virtdriver.policy.migration import Arrival
 
         notes = [Arrival.from_json(raw) for raw in record.arriving]
-
-        def matches(note: Arrival) -> bool:
-            if tokens is not None and note.token in tokens:
-                return True
-            if isinstance(guest, DomainState):
-                return note.is_guest(guest.name, guest.uuid)
-            return guest is not None and note.is_guest(guest, guest)
-
-        gone = [n for n in notes if matches(n)]
+        gone = [n for n in notes if _matches(n, guest, tokens)]
         if gone:
-            record.arriving = [n.to_json() for n in notes if not matches(n)]
+            record.arriving = [n.to_json() for n in notes if not _matches(n, guest, tokens)]
             self.records.save(vid, record)
         return gone
 
@@ -360,3 +374,14 @@ class ComputeHost:
 
     def close(self) -> None:
         self.connection.close()
+
+
+def _matches(note: Arrival, guest: DomainState | str | None,
+             tokens: set[str | None] | None) -> bool:
+    """Whether an arrival note is of ``guest`` (a guest here, or the instance as prepared) or
+    has one of ``tokens``."""
+    if tokens is not None and note.token in tokens:
+        return True
+    if isinstance(guest, DomainState):
+        return note.is_guest(guest.name, guest.uuid)
+    return guest is not None and note.is_guest(guest, guest)

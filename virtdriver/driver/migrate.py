@@ -64,7 +64,8 @@ def migrate(source: ComputeHost, destination: ComputeHost, instance: str,
             connection_infos: Sequence[Mapping[str, Any]], *, uri: str | None = None,
             flags: int = 0, peer_to_peer: bool = False,
             interrupts: Interrupts | None = None,
-            progress: Callable[[int, int], None] | None = None) -> list[str]:
+            progress: Callable[[int, int], None] | None = None,
+            allow_shared_write: bool = False) -> list[str]:
     """Live-migrate ``instance`` from ``source`` to ``destination`` with its volumes.
 
     ``connection_infos`` are the volumes' connection info *for the destination*. Returns the
@@ -73,6 +74,8 @@ def migrate(source: ComputeHost, destination: ComputeHost, instance: str,
     what was prepared -- or the error says which host still holds it and what to run there.
     ``peer_to_peer``: the source's libvirtd drives the migration itself (it opens the
     destination's URI). ``interrupts``: the caller's, to learn whether a signal came.
+    ``allow_shared_write``: the override of the destination's shared-write guard
+    (:func:`~virtdriver.driver.migrate_dest.prepare_incoming`).
     """
     if source.options.lock_dir.resolve() == destination.options.lock_dir.resolve():
         raise InvalidRequest("the destination's state directory is the source's: each host "
@@ -83,7 +86,8 @@ def migrate(source: ComputeHost, destination: ComputeHost, instance: str,
         state = source.state(dom)
         with _Locked(source, dom, state) as state:
             return _migrate_locked(source, destination, dom, state, connection_infos,
-                                   uri, flags, peer_to_peer, signals, progress)
+                                   uri, flags, peer_to_peer, signals, progress,
+                                   allow_shared_write)
 
 
 class _Locked:
@@ -123,7 +127,8 @@ def _migrate_locked(source: ComputeHost, destination: ComputeHost, dom: libvirt.
                     state: DomainState, connection_infos: Sequence[Mapping[str, Any]],
                     uri: str | None, flags: int, peer_to_peer: bool,
                     signals: Interrupts,
-                    progress: Callable[[int, int], None] | None = None) -> list[str]:
+                    progress: Callable[[int, int], None] | None = None,
+                    allow_shared_write: bool = False) -> list[str]:
     if not state.active:
         raise MigrationRefused(f"guest {state.name} is not running; live migration moves running "
                                "guests")
@@ -137,7 +142,8 @@ def _migrate_locked(source: ComputeHost, destination: ComputeHost, dom: libvirt.
     prepared: list[str] = []
     try:
         for vid, mode in modes.items():
-            prepare_incoming(destination, requests[vid], state.uuid, mode)
+            prepare_incoming(destination, requests[vid], state.uuid, mode,
+                             allow_shared_write=allow_shared_write)
             prepared.append(vid)
             signals.check(f"guest {state.name} was not moved")
         params = _params(destination, xmls, requests.values(), uri)
@@ -299,7 +305,7 @@ def _complete(source: ComputeHost, destination: ComputeHost, state: DomainState,
                       _commands(source, "migrate-finish", state.uuid, [vid]))
         try:
             with destination.lock([vid], [], "complete an incoming migration"):
-                destination.forget_arrivals(vid, guest=state.uuid)
+                destination.forget_arrived(vid, guest=state.uuid)
         except VirtDriverError as exc:
             LOG.error("guest %s was migrated, but its arrival note of volume %s stays on the "
                       "destination (%s); run there: %s", state.name, vid, exc,

@@ -2,10 +2,10 @@
 disks for this host, and complete (the guest is here) or abort (it will not come) afterwards.
 
 :func:`prepare_incoming` connects a volume under the volume's and its data's locks, refused by the
-sharing rules like an attach and rolled back on any failure, and notes the guest as *arriving*:
-the volume counts as used here until the guest is. :func:`incoming_xml` renders each of the
-guest's volumes for this host; the disk must arrive as it left
-(:mod:`virtdriver.policy.carryover`).
+sharing rules and the shared-write guard like an attach and rolled back on any failure, and notes
+the guest as *arriving*: the volume counts as used here until the guest is. :func:`incoming_xml`
+renders each of the guest's volumes for this host; the disk must arrive as it left
+(:mod:`virtdriver.policy.carryover`), and a shared one uncached.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from lxml import etree
 
 from virtdriver.config import Disk
 from virtdriver.config.reader import parse_xml
+from virtdriver.driver import shared_write
 from virtdriver.driver.compute_host import ComputeHost
 from virtdriver.driver.request import VolumeRequest
 from virtdriver.errors import HostConnectFailed, InvalidRenderOption, MigrationRefused, show
@@ -34,7 +35,13 @@ from virtdriver.policy.identity import (
     check_requested_volume_id,
     volume_of_alias,
 )
-from virtdriver.policy.migration import Arrival, refuse_arriving_over, refuse_unprepared
+from virtdriver.policy.migration import (
+    ARRIVING,
+    Arrival,
+    refuse_arriving_over,
+    refuse_cached_arrival,
+    refuse_unprepared,
+)
 from virtdriver.policy.sharing import refuse_attach, users_of
 from virtdriver.render import build_disk
 
@@ -45,9 +52,13 @@ NOT_CONNECTED = "/dev/virtdriver-not-connected-yet"
 
 
 def prepare_incoming(host: ComputeHost, connection_info: Mapping[str, Any], instance: str,
-                     attach_mode: str) -> None:
+                     attach_mode: str, *, allow_shared_write: bool = False) -> None:
     """Connect the volume on this (the destination) host for ``instance``, which will arrive by
-    live migration; the guest counts as a user of the volume here from now on."""
+    live migration; the guest counts as a user of the volume here from now on.
+
+    Refused like an attach of the same guest: the sharing rules, and the shared-write guard
+    (:mod:`virtdriver.driver.shared_write`; ``allow_shared_write`` is its override).
+    """
     mode = check_attach_mode(attach_mode)
     check_instance(instance)
     request = VolumeRequest.parse(connection_info, host.options.render_options())
@@ -73,10 +84,12 @@ def prepare_incoming(host: ComputeHost, connection_info: Mapping[str, Any], inst
             host.connect(request)
             disk = build_disk(request.info, attach_mode=mode, alias=alias_for(request.vid, set()),
                               **host.render_kwargs())
-            refuse_attach(request.vid, data_identity(disk), request.multiattach, instance,
-                          instance, uses)
+            data_now = data_identity(disk)
+            refuse_attach(request.vid, data_now, request.multiattach, instance, instance, uses)
             _check_opens(request.vid, disk)
-            arrival = Arrival(instance, request.vid, data_identity(disk), disk.shareable,
+            shared_write.check(request, [f"{instance}{ARRIVING}"], [mode],
+                               users_of(request.vid, data_now, uses), allow_shared_write)
+            arrival = Arrival(instance, request.vid, data_now, disk.shareable,
                               disk.readonly, uuidlib.uuid4().hex)
             record = host.records.load(request.vid) or HostRecord()
             record.arriving = [a for a in record.arriving
@@ -144,7 +157,8 @@ def incoming(state: DomainState) -> bool:
 
 
 def complete_incoming(host: ComputeHost, instance: str, volume_id: str) -> bool:
-    """Once ``instance`` runs here: forget its arrival note (its own disk counts from now on).
+    """Once ``instance`` runs here: forget its arrival note (its own disk counts from now on),
+    under the volume's lock and the lock of the note's data (:meth:`ComputeHost.forget_arrived`).
     The step that ends a migration driven by the caller's own ``migrate3``. ``False`` when there
     was no note (already completed)."""
     check_requested_volume_id(volume_id)
@@ -158,8 +172,8 @@ def complete_incoming(host: ComputeHost, instance: str, volume_id: str) -> bool:
             raise MigrationRefused(f"guest {instance} does not run on this host: it has not "
                                    "arrived; if its migration failed, undo the preparation with "
                                    f"'virtdriver migrate-abort {instance} {volume_id}'")
-        return bool(host.forget_arrivals(volume_id, guest=here[0])
-                    + host.forget_arrivals(volume_id, guest=instance))
+        return bool(host.forget_arrived(volume_id, guest=here[0])
+                    + host.forget_arrived(volume_id, guest=instance))
 
 
 def incoming_xml(host: ComputeHost, domain_xml: str,
@@ -222,6 +236,8 @@ def arriving_disk(host: ComputeHost, request: VolumeRequest, leaving: Disk, gues
                           **host.render_kwargs())
     disk = carried_over(leaving, rendered)
     refuse_changed(guest, request.vid, leaving, disk)
+    refuse_cached_arrival(guest, request.vid, dev, disk.shareable,
+                          disk.driver.cache if disk.driver is not None else None)
     return disk
 
 

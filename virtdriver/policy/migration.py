@@ -9,7 +9,8 @@ guest has left. Two rules follow, and both are here:
   rules as if it were, and a detach of a neighbour does not tear its connection down;
 - a guest may leave only with disks that another host can run safely: a shared disk must not be
   cached on the source's host (the destination would start from stale pages) -- libvirt refuses
-  that too, in words an operator cannot act on. Each disk must arrive as it left
+  that too, in words an operator cannot act on. The destination refuses to render such a disk
+  as well (:func:`refuse_cached_arrival`). Each disk must arrive as it left
   (:mod:`virtdriver.policy.carryover`).
 
 An arrival note stops counting once its guest is seen on the destination, and is removed then:
@@ -91,6 +92,21 @@ def refuse_leaving(guest: str, disks: Sequence[Use]) -> None:
                 f"{use.volume or 'not attached by virtdriver'}) is shared with cache="
                 f"{use.cache or 'default'}; a shared disk must use cache='none' (detach and "
                 "attach it again with virtdriver, which renders it so)")
+
+
+def refuse_cached_arrival(guest: str, volume: str, device: str | None, shareable: bool,
+                          cache: str | None) -> None:
+    """Refuse to render a disk for the destination that would arrive shared but cached there.
+
+    The destination's own check of :func:`refuse_leaving`'s rule: a compute service that drives
+    the steps itself (prepare, render, its own ``migrate3``) never runs the source's check.
+    """
+    if shareable and cache not in DIRECT_CACHE_MODES:
+        raise MigrationRefused(
+            f"guest {guest} cannot arrive: its disk {device or '?'} (volume {volume}) is shared "
+            f"with cache={cache or 'default'}; a shared disk must use cache='none' (on the "
+            "source, detach and attach it again with virtdriver, which renders it so); "
+            "nothing was moved")
 
 
 def refuse_unprepared(guest: str, volumes: Iterable[str], prepared: Iterable[str]) -> None:
