@@ -1,10 +1,12 @@
-"""Every spelling of a LUN connection_info may carry is compared or refused (#56, item 10).
+"""Every spelling of a LUN or target name connection_info may carry is compared or refused
+(#56, item 10).
 
-Accepted: a JSON integer or a decimal string. Refused where connection_info is read (and again
-where the connected device is compared, for a record written before): ``true`` (Python's 1),
-``2.0``, ``"0x2"``, a negative number. An iSCSI connection whose device is a SCSI disk outside
-any iSCSI session is not the volume. This machine's kernel has no SCSI: the sysfs the kernel lays
-out for an iSCSI disk and a SATA disk is built in a temp dir (as tests/fast/test_deviceid_fc.py).
+Accepted: a LUN as a JSON integer or a decimal string, a target's name as text. Refused where
+connection_info is read (and again where the connected device is compared, for a record written
+before): ``true`` (Python's 1), ``2.0``, ``"0x2"``, a negative number, a name that is a number.
+An iSCSI connection whose device is a SCSI disk outside any iSCSI session is not the volume. This
+machine's kernel has no SCSI: the sysfs the kernel lays out for an iSCSI disk and a SATA disk is
+built in a temp dir (as tests/fast/test_deviceid_fc.py).
 """
 
 from __future__ import annotations
@@ -117,3 +119,32 @@ def test_a_scsi_disk_in_no_iscsi_session_is_not_an_iscsi_volume(sysfs: Path,
         assert deviceid.mismatch(protocol, props, "/dev/sdc") == \
             "/dev/sdc is a SCSI disk in no iSCSI session"
     assert deviceid.mismatch(protocol, {"target_lun": 2}, "/dev/sdb") is None
+
+
+# ---- the names compared beside the LUN: text, or refused ----------------------------------------
+
+
+@pytest.mark.parametrize(("volume_type", "key", "value"), [
+    ("iscsi", "target_iqns", [IQN, 7]), ("iscsi", "target_iqns", IQN),
+    ("fibre_channel", "target_wwn", 5),
+    ("fibre_channel", "target_wwns", ["500601603ce0021d", None]),
+])
+def test_a_target_name_that_is_not_text_is_refused(volume_type: str, key: str,
+                                                   value: object) -> None:
+    info = iscsi(target_lun=2, **{key: value})
+    info["driver_volume_type"] = volume_type
+    with pytest.raises(InvalidConnectionInfo, match=rf"data\.{key}: .* is not a"):
+        parse(info)
+
+
+@pytest.mark.parametrize(("protocol", "props", "device"), [
+    ("ISCSI", {"target_iqns": [IQN, 7], "target_lun": 2}, "/dev/sdb"),
+    ("FIBRE_CHANNEL", {"target_wwn": 5, "target_lun": 2}, "/dev/sdb"),
+    ("NVMEOF", {"target_nqn": ["nqn.x", 1]}, "/dev/nvme0n1"),
+    ("NVMEOF", {"vol_uuid": 123}, "/dev/nvme0n1"),
+    ("RBD", {"name": 5}, "/dev/rbd0"),
+])
+def test_a_recorded_name_that_is_not_text_is_a_mismatch_not_skipped(
+        sysfs: Path, protocol: str, props: dict[str, Any], device: str) -> None:
+    said = deviceid.mismatch(protocol, props, device)
+    assert said is not None and said.endswith("is not a string"), said

@@ -44,24 +44,39 @@ def _disks(device: str) -> list[str]:
     return slaves or [name]
 
 
-def _texts(value: object) -> set[str]:
-    if isinstance(value, str):
-        return {value}
-    if isinstance(value, (list, tuple)):
-        return {v for v in value if isinstance(v, str)}
-    return set()
+class _Uncomparable(Exception):
+    """A fact connection_info states in a form that cannot be compared (the phrase says so)."""
 
 
-def _luns(value: object) -> set[int] | str:
-    """The LUNs connection_info states (an integer or a decimal string each), or the one value
-    that is no LUN number (``true``, ``2.0``, ``"0x2"``): never compared loosely or skipped."""
-    values = value if isinstance(value, (list, tuple)) else [] if value is None else [value]
+def _stated(properties: Mapping[str, Any], *keys: str) -> tuple[str, list[object]]:
+    """The first of ``keys`` that connection_info sets, and its value(s) as a list."""
+    key = next((k for k in keys if properties.get(k) not in (None, "", [], ())), keys[0])
+    value = properties.get(key)
+    return key, list(value) if isinstance(value, (list, tuple)) else [] if value is None else [
+        value]
+
+
+def _texts(properties: Mapping[str, Any], *keys: str) -> set[str]:
+    """The names stated under the first of ``keys`` set; one that is not text is refused."""
+    key, values = _stated(properties, *keys)
+    texts = set()
+    for v in values:
+        if not isinstance(v, str):
+            raise _Uncomparable(f"connection_info's {key} {v!r} is not a string")
+        texts.add(v)
+    return texts
+
+
+def _luns(properties: Mapping[str, Any]) -> set[int]:
+    """The LUNs connection_info states (an integer or a decimal string each); ``true``, ``2.0``
+    or ``"0x2"`` is refused, never compared loosely or skipped."""
+    key, values = _stated(properties, "target_luns", "target_lun")
     luns = set()
     for v in values:
         if isinstance(v, str) and v.isascii() and v.isdigit() and len(v) <= 20:
             v = int(v)
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            return repr(v)
+            raise _Uncomparable(f"connection_info's LUN {v!r} is not a LUN number")
         luns.add(v)
     return luns
 
@@ -76,6 +91,13 @@ def mismatch(protocol: str | None, properties: Mapping[str, Any], device: object
     ``None``; a path that is not a device path (RBD's librados handle) says nothing."""
     if protocol is None or not isinstance(device, str) or not device.startswith("/dev/"):
         return None
+    try:
+        return _mismatch(protocol, properties, device)
+    except _Uncomparable as exc:
+        return str(exc)
+
+
+def _mismatch(protocol: str, properties: Mapping[str, Any], device: str) -> str | None:
     if protocol in SCSI_PROTOCOLS:
         return _scsi_mismatch(protocol, properties, _disks(device))
     if protocol == "NVMEOF":
@@ -87,14 +109,11 @@ def mismatch(protocol: str | None, properties: Mapping[str, Any], device: object
 
 def _scsi_mismatch(protocol: str, properties: Mapping[str, Any],
                    disks: Iterable[str]) -> str | None:
-    luns = _luns(properties.get("target_luns") or properties.get("target_lun"))
-    if isinstance(luns, str):
-        return f"connection_info's LUN {luns} is not a LUN number"
+    luns = _luns(properties)
     if protocol == "FIBRE_CHANNEL":
-        targets = {_hex(t) for t in _texts(properties.get("target_wwns")
-                                            or properties.get("target_wwn"))}
+        targets = {_hex(t) for t in _texts(properties, "target_wwns", "target_wwn")}
     else:
-        targets = _texts(properties.get("target_iqns") or properties.get("target_iqn"))
+        targets = _texts(properties, "target_iqns", "target_iqn")
     for disk in disks:
         scsi = Path(os.path.realpath(SYS / "block" / disk / "device"))
         address = _SCSI_ADDRESS.fullmatch(scsi.name)
@@ -127,12 +146,12 @@ def _scsi_target(protocol: str, scsi: Path) -> str | None:
 
 def _nvme_mismatch(properties: Mapping[str, Any], name: str) -> str | None:
     block = SYS / "block" / name
-    nqns = _texts(properties.get("target_nqn") or properties.get("nqn"))
+    nqns = _texts(properties, "target_nqn", "nqn")
     found = _read(block / "device" / "subsysnqn")
     if nqns and found and found not in nqns:
         return f"/dev/{name} is in subsystem {found}, connection_info says {sorted(nqns)[0]}"
     for keys, fact in ((("vol_uuid", "uuid"), "uuid"), (("volume_nguid", "nguid"), "nguid")):
-        wanted = next((v for k in keys if isinstance(v := properties.get(k), str) and v), None)
+        wanted = next(iter(_texts(properties, *keys)), None)
         seen = _read(block / fact)
         if wanted and seen and _hex(seen) != _hex(wanted):
             return f"/dev/{name} has {fact} {seen}, connection_info says {wanted}"
@@ -141,8 +160,8 @@ def _nvme_mismatch(properties: Mapping[str, Any], name: str) -> str | None:
 
 def _rbd_mismatch(properties: Mapping[str, Any], name: str) -> str | None:
     number = name.removeprefix("rbd")
-    wanted = properties.get("name")
-    if not number.isdigit() or not isinstance(wanted, str):
+    wanted = next(iter(_texts(properties, "name")), None)
+    if not number.isdigit() or wanted is None:
         return None
     device = SYS / "bus" / "rbd" / "devices" / number
     found = f"{_read(device / 'pool')}/{_read(device / 'name')}"

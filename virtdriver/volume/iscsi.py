@@ -47,6 +47,11 @@ def check_portals(data: Mapping[str, Any]) -> None:
     the one host rule even when the kernel's initiator, not QEMU, logs in to them; and its LUNs
     (``target_lun``, ``target_luns``), which the connected device is compared with."""
     check_luns(data, MAX_LUN)
+    iqns = data.get("target_iqns")
+    if iqns is not None and not (isinstance(iqns, list)
+                                 and all(isinstance(i, str) and i for i in iqns)):
+        raise InvalidConnectionInfo(f"{DATA}.target_iqns",
+                                    f"{show(iqns)} is not a list of iSCSI names")
     if data.get("target_portal") is not None:
         split_portal(required_str(data, "target_portal"), f"{DATA}.target_portal")
     portals = data.get("target_portals")
