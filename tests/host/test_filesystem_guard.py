@@ -305,3 +305,60 @@ def test_a_reader_is_never_refused_beside_writers_whatever_the_order(
     c = guests.start("fs-c")
     with pytest.raises(SharedWriteRefused):  # a third writer without the override still is not
         volume_driver.attach_volume(info, c.name(), attach_mode="rw")
+
+
+def _disk_xml(dom: libvirt.virDomain, alias: str) -> str:
+    """The definition's ``<disk>`` with user alias ``alias``, as libvirt gives it."""
+    from lxml import etree
+
+    root = etree.fromstring(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+    (disk,) = root.xpath(f"devices/disk[alias/@name='{alias}']")
+    return etree.tostring(disk, encoding="unicode")
+
+
+def _unplug_behind_virtdriver(dom: libvirt.virDomain, alias: str, events, flags: int) -> None:
+    """What ``virsh detach-device`` does: libvirt alone, no virtdriver."""
+    dom.detachDeviceFlags(_disk_xml(dom, alias), flags)
+    events.wait_removed(dom, alias)
+
+
+def _override_named(volume_driver, vid: str) -> str:
+    report = audit_host(volume_driver.compute_host.connection.get(), volume_driver.state_dir)
+    (found,) = [d.message for v, d in report.dangers if d.kind == "filesystem" and v.volume == vid]
+    return found
+
+
+def test_an_override_note_is_not_taken_by_the_next_attachment(guests, volume_driver, volume,
+                                                              events) -> None:
+    """B writes by the override; its disk is detached behind virtdriver's back (live and
+    defined), B attaches the volume again as its only writer without the flag, then A by the
+    override: audit names A only."""
+    a, b = guests.start("fs-a"), guests.start("fs-b")
+    _, info = volume
+    vid = info["data"]["volume_id"]
+    volume_driver.attach_volume(info, a.name(), attach_mode="rw")
+    volume_driver.attach_volume(info, b.name(), attach_mode="rw", allow_shared_write=True)
+    assert f"({b.name()} by --allow-shared-write)" in _override_named(volume_driver, vid)
+    _unplug_behind_virtdriver(b, f"ua-{vid}", events,
+                              libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+    volume_driver.detach_volume(a.name(), vid)
+    volume_driver.attach_volume(info, b.name(), attach_mode="rw")  # alone: no flag needed
+    volume_driver.attach_volume(info, a.name(), attach_mode="rw", allow_shared_write=True)
+    said = _override_named(volume_driver, vid)
+    assert f"({a.name()} by --allow-shared-write)" in said, said
+
+
+def test_an_override_note_is_not_taken_by_a_disk_plugged_again_outside_virtdriver(
+        guests, volume_driver, volume, events) -> None:
+    """The disk B wrote by the override is unplugged and plugged again with libvirt alone (same
+    alias, same source, a new attachment): audit no longer says B chose to write."""
+    a, b = guests.start("fs-a"), guests.start("fs-b")
+    _, info = volume
+    vid = info["data"]["volume_id"]
+    volume_driver.attach_volume(info, a.name(), attach_mode="rw")
+    volume_driver.attach_volume(info, b.name(), attach_mode="rw", allow_shared_write=True)
+    disk = _disk_xml(b, f"ua-{vid}")
+    _unplug_behind_virtdriver(b, f"ua-{vid}", events, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+    b.attachDeviceFlags(disk, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+    said = _override_named(volume_driver, vid)
+    assert "(not by virtdriver's override)" in said, said

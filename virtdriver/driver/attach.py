@@ -39,6 +39,7 @@ from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.dataid import DataIdentity, data_identity, opened_disk
 from virtdriver.hypervisor.domains import DiskUse, DomainsView, DomainXml, ListedDomain
 from virtdriver.hypervisor.locks import HeldLocks, guest_lock
+from virtdriver.hypervisor.metadata import OVERRIDES_NS
 from virtdriver.hypervisor.mounts import check_guest_sees
 from virtdriver.hypervisor.targets import bus_for, pick_target
 from virtdriver.hypervisor.volume_users import Wanted
@@ -143,7 +144,7 @@ class Attached:
 
     results: list[Attachment]
     instances: Sequence[str]
-    notes: list[tuple[ListedDomain, str, str]]
+    notes: list[tuple[ListedDomain, str, str | None]]  # None: drop an earlier disk's note
 
     def finish(self, progress: Progress | None) -> list[Attachment]:
         """Note each shared-write override in its guest, tell ``progress``, and return the
@@ -195,9 +196,12 @@ def attach_locked(host: ComputeHost, held: HeldLocks, request: VolumeRequest,
         raise
     finally:  # a later decision under these locks rests on a read begun after this attach
         held.changed()
-    notes = [(target.domain.listed, aliases[target.uuid], overridden)
+    notes = [(target.domain.listed, aliases[target.uuid],
+              overridden if attachment.attach_mode == "rw" else None)
              for target, attachment in zip(targets, results)
-             if overridden and attachment.attach_mode == "rw"]
+             if (overridden and attachment.attach_mode == "rw")
+             or OVERRIDES_NS in target.domain.current
+             or OVERRIDES_NS in (target.domain.config or "")]
     return Attached(results, instances, notes)
 
 

@@ -16,8 +16,8 @@ import libvirt
 from virtdriver.driver.request import VolumeRequest
 from virtdriver.errors import VirtDriverError
 from virtdriver.hypervisor.connection import libvirt_message
-from virtdriver.hypervisor.domains import ListedDomain
-from virtdriver.hypervisor.metadata import note_shared_write
+from virtdriver.hypervisor.domains import ListedDomain, source_token
+from virtdriver.hypervisor.metadata import Override, note_shared_write
 from virtdriver.hypervisor.signatures import UnreadableVolume, read_signatures
 from virtdriver.policy.filesystems import (
     UNDECIDED,
@@ -72,11 +72,31 @@ def check(request: VolumeRequest, guests: Sequence[str], modes: Sequence[str],
     return " and ".join(filesystems) or "undecided"
 
 
-def note(listed: ListedDomain, alias: str, filesystem: str) -> None:
-    """Note a writer's override in its guest's metadata (live and defined), for ``audit``."""
+def note(listed: ListedDomain, alias: str, filesystem: str | None) -> None:
+    """Note a writer's override in its guest's metadata (live and defined), for ``audit``, keyed
+    to the disk just attached (its volume, source and live index); ``None`` drops a note left
+    under ``alias`` by an earlier attachment."""
     try:
-        note_shared_write(listed.dom, alias, filesystem, live=listed.active,
-                          persistent=listed.persistent)
+        live = config = None
+        if filesystem is not None:
+            live, config = _keyed(listed, alias, filesystem)
+        note_shared_write(listed.dom, alias, live, live=listed.active,
+                          persistent=listed.persistent, config_note=config)
     except libvirt.libvirtError as exc:
         LOG.warning("guest %s: the --allow-shared-write override could not be noted in its "
                     "metadata: %s", listed.name, libvirt_message(exc))
+
+
+def _keyed(listed: ListedDomain, alias: str, filesystem: str) -> tuple[Override, Override]:
+    """The notes for the disk ``alias`` as libvirt reports it now: live, and defined."""
+    found = {use.live: use for use in listed.read().parsed.disks if use.device_alias == alias}
+    notes = []
+    for live in (True, False):
+        use = found.get(live) or found.get(not live)
+        if use is None:
+            notes.append(Override(filesystem))
+            continue
+        source = use.disk.source
+        notes.append(Override(filesystem, use.volume or "", source_token(use.disk),
+                              source.index if live and source is not None else None))
+    return notes[0], notes[1]

@@ -16,7 +16,13 @@ import libvirt
 
 from virtdriver.config import Disk, DomainDisks
 from virtdriver.hypervisor.dataid import DataIdentity, data_identity
-from virtdriver.hypervisor.metadata import NS, OVERRIDES_NS, parse_notes, parse_overrides
+from virtdriver.hypervisor.metadata import (
+    NS,
+    OVERRIDES_NS,
+    Override,
+    parse_notes,
+    parse_overrides,
+)
 from virtdriver.hypervisor.volume_users import Wanted, XmlFacts
 from virtdriver.policy.identity import names_guest, volume_of_alias
 from virtdriver.policy.sharing import Use
@@ -120,7 +126,7 @@ class DomainXml:
         current = _read_xml(self.current, wanted)
         disks = _uses(d.name, d.uuid, d.active, d.active, current)
         if self.config is not None:
-            disks += _uses(d.name, d.uuid, True, False, _read_xml(self.config, wanted))
+            disks += _uses(d.name, d.uuid, True, False, _read_xml(self.config, wanted), current)
         return DomainState(d.dom, d.name, d.uuid, d.active, d.persistent, disks,
                            current.controllers, current.other_drive_units)
 
@@ -131,7 +137,8 @@ class DomainXml:
         current = DomainDisks.from_xml(self.current)
         disks = _uses(d.name, d.uuid, d.active, d.active, current)
         if self.config is not None:
-            disks += _uses(d.name, d.uuid, True, False, DomainDisks.from_xml(self.config))
+            disks += _uses(d.name, d.uuid, True, False, DomainDisks.from_xml(self.config),
+                           current)
         return DomainState(d.dom, d.name, d.uuid, d.active, d.persistent, disks,
                            current.controllers, current.other_drive_units)
 
@@ -213,19 +220,45 @@ def _read_xml(xml: str, wanted: Wanted | str | None) -> DomainDisks:
     return DomainDisks.from_xml(xml)
 
 
-def _uses(name: str, uuid: str, active: bool, live: bool, domain: DomainDisks) -> list[DiskUse]:
+def _uses(name: str, uuid: str, active: bool, live: bool, domain: DomainDisks,
+          running: DomainDisks | None = None) -> list[DiskUse]:
+    """The disks of ``domain``; ``running``: the live XML of a running domain whose definition
+    ``domain`` is (an override note there counts only if the live disk's own note does)."""
     notes = parse_notes(domain.metadata.get(NS))
     overrides = parse_overrides(domain.metadata.get(OVERRIDES_NS))
+    stale = _stale_overrides(running) if running is not None and overrides else set()
     uses = []
     for disk in domain.disks:
         own = disk.alias.name if disk.alias is not None else None
-        note = notes.get(own or "")
-        inherited = None
-        if note is not None and note[1] == source_token(disk):
-            inherited = note[0]
-        uses.append(DiskUse(name, uuid, active, live, disk, inherited,
-                            overrides.get(own or "") if not disk.readonly else None))
+        inherited = _inherited(notes, own, disk)
+        override = None if own in stale else _override(overrides, own, disk, inherited)
+        uses.append(DiskUse(name, uuid, active, live, disk, inherited, override))
     return uses
+
+
+def _inherited(notes: dict[str, tuple[str, str]], alias: str | None, disk: Disk) -> str | None:
+    note = notes.get(alias or "")
+    return note[0] if note is not None and note[1] == source_token(disk) else None
+
+
+def _override(overrides: dict[str, Override], alias: str | None, disk: Disk,
+              inherited: str | None) -> str | None:
+    """The filesystem an override let this disk write, if the note is this attachment's."""
+    note = overrides.get(alias or "")
+    if note is None or disk.readonly:
+        return None
+    index = disk.source.index if disk.source is not None else None
+    volume = inherited or volume_of_alias(alias)
+    return note.filesystem if note.belongs_to(volume, source_token(disk), index) else None
+
+
+def _stale_overrides(running: DomainDisks) -> set[str]:
+    """Aliases of the running guest's disks that its override notes do not hold."""
+    notes = parse_notes(running.metadata.get(NS))
+    overrides = parse_overrides(running.metadata.get(OVERRIDES_NS))
+    return {own for disk in running.disks
+            if (own := disk.alias.name if disk.alias is not None else None) is not None
+            and _override(overrides, own, disk, _inherited(notes, own, disk)) is None}
 
 
 def source_token(disk: Disk) -> str:

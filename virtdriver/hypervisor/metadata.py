@@ -6,9 +6,14 @@ disk with the new source only, so that a later attach of the old volume is never
 
 An attach made with ``--allow-shared-write`` (a second writer of a filesystem that is not a
 cluster one) is noted under its alias with the filesystem, so that ``audit`` can say who chose it.
+The note belongs to that one attachment: it also names the volume, the disk's source and, in the
+running guest, the ``index`` libvirt gave that source (a new one each time a disk is plugged), so
+a disk detached behind virtdriver's back and attached again is not taken for the one noted.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import libvirt
 from lxml import etree
@@ -71,19 +76,41 @@ def set_note(dom: libvirt.virDomain, alias: str, volume: str | None, source: str
         write_notes(dom, notes, flag)
 
 
-def parse_overrides(raw: str | None) -> dict[str, str]:
-    """``{alias: filesystem}`` of the shared writes allowed by an override."""
+@dataclass(frozen=True)
+class Override:
+    """One noted override: what it let the disk write, and the attachment it belongs to."""
+
+    filesystem: str
+    volume: str = ""  # the volume id ("" in a note from before volumes were noted)
+    source: str = ""  # the disk's source token (see domains.source_token)
+    index: int | None = None  # libvirt's index of that source in the running guest
+
+    def belongs_to(self, volume: str | None, source: str, index: int | None) -> bool:
+        """True when this note was made for the disk with this volume, source and index."""
+        return ((not self.volume or self.volume == volume)
+                and (not self.source or self.source == source)
+                and (self.index is None or self.index == index))
+
+
+def parse_overrides(raw: str | None) -> dict[str, Override]:
+    """``{alias: Override}`` of the shared writes allowed by an override."""
     if not raw:
         return {}
     root = etree.fromstring(raw)
-    return {node.get("alias", ""): node.get("filesystem", "") for node in root
-            if etree.QName(node).localname == "shared-write"}
+    return {node.get("alias", ""): Override(node.get("filesystem", ""), node.get("volume", ""),
+                                            node.get("source", ""), _index(node.get("index")))
+            for node in root if etree.QName(node).localname == "shared-write"}
 
 
-def note_shared_write(dom: libvirt.virDomain, alias: str, filesystem: str | None, *,
-                      live: bool, persistent: bool) -> None:
-    """Note that the disk ``alias`` writes ``filesystem`` beside others by an override (or,
-    with ``None``, drop the note: the disk is gone)."""
+def _index(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isdigit() else None
+
+
+def note_shared_write(dom: libvirt.virDomain, alias: str, note: Override | None, *,
+                      live: bool, persistent: bool,
+                      config_note: Override | None = None) -> None:
+    """Note that the disk ``alias`` writes beside others by an override (or, with ``None``,
+    drop the note: the disk is gone); ``config_note`` is the definition's, when it differs."""
     for wanted, flag in ((live, libvirt.VIR_DOMAIN_AFFECT_LIVE),
                          (persistent, libvirt.VIR_DOMAIN_AFFECT_CONFIG)):
         if not wanted:
@@ -95,10 +122,19 @@ def note_shared_write(dom: libvirt.virDomain, alias: str, filesystem: str | None
             if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN_METADATA:
                 raise
             notes = {}
-        if filesystem is None:
+        given = config_note if flag == libvirt.VIR_DOMAIN_AFFECT_CONFIG and config_note else note
+        if given is None:
             if notes.pop(alias, None) is None:
                 continue
         else:
-            notes[alias] = filesystem
+            notes[alias] = given
         write_element(dom, "overrides", OVERRIDES_NS, OVERRIDES_PREFIX, flag, [
-            ("shared-write", {"alias": a, "filesystem": f}) for a, f in sorted(notes.items())])
+            ("shared-write", _attributes(a, o)) for a, o in sorted(notes.items())])
+
+
+def _attributes(alias: str, note: Override) -> dict[str, str]:
+    found = {"alias": alias, "filesystem": note.filesystem, "volume": note.volume,
+             "source": note.source}
+    if note.index is not None:
+        found["index"] = str(note.index)
+    return {k: v for k, v in found.items() if v or k in ("alias", "filesystem")}
