@@ -362,3 +362,29 @@ def test_an_override_note_is_not_taken_by_a_disk_plugged_again_outside_virtdrive
     b.attachDeviceFlags(disk, libvirt.VIR_DOMAIN_AFFECT_LIVE)
     said = _override_named(volume_driver, vid)
     assert "(not by virtdriver's override)" in said, said
+
+
+def test_in_a_storm_readers_and_override_writers_join_and_a_plain_writer_does_not(
+        guests, volume_driver, volume) -> None:
+    """Two writers in place (one by the override); then at once three readers, a writer by the
+    override and a plain writer: each reader and the override get the disk, the plain writer
+    alone is refused, whatever order the storm takes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    first, second = guests.start("fs-w1"), guests.start("fs-w2")
+    readers = [guests.start(f"fs-r{n}") for n in range(3)]
+    override, plain = guests.start("fs-o"), guests.start("fs-p")
+    _, info = volume
+    vid = info["data"]["volume_id"]
+    volume_driver.attach_volume(info, first.name(), attach_mode="rw")
+    volume_driver.attach_volume(info, second.name(), attach_mode="rw", allow_shared_write=True)
+    asks = [(dom, "ro", False) for dom in readers] + [(override, "rw", True),
+                                                      (plain, "rw", False)]
+    with ThreadPoolExecutor(len(asks)) as pool:
+        futures = {dom.name(): pool.submit(volume_driver.attach_volume, info, dom.name(),
+                                           attach_mode=mode, allow_shared_write=allowed)
+                   for dom, mode, allowed in asks}
+    for dom in [*readers, override]:
+        assert futures[dom.name()].result().volumeId == vid
+    assert isinstance(futures[plain.name()].exception(), SharedWriteRefused)
+    assert _disks(volume_driver, plain.name()) == []
