@@ -65,9 +65,8 @@ class Detached(NamedTuple):
 
 def writers_elsewhere(driver: Any, cinder: Cinder, volume: dict[str, Any],
                       here: str | None) -> list[str]:
-    """The volume's attachments that Cinder has on other hosts and that may write (not
-    ``ro``), named for the filesystem guard. Cinder names an attachment's host to an
-    administrator only: one it does not name counts unless a guest here remembers it."""
+    """The volume's attachments that Cinder has on other hosts than ``here`` and that may write,
+    named for the filesystem guard (:func:`named_writers`)."""
     listed = [a for a in volume.get("attachments") or [] if a.get("host_name") != here]
     if not listed:
         return []
@@ -77,10 +76,20 @@ def writers_elsewhere(driver: Any, cinder: Cinder, volume: dict[str, Any],
     if any(not a.get("host_name") for a in listed):
         mine = {att for dom in driver.compute_host.connection.get().listAllDomains(0)
                 for att, _ in notes_of(dom).values()}
-    return [f"attachment {a['attachment_id']} on "
+    return named_writers(listed, modes, here, mine)
+
+
+def named_writers(attachments: list[dict[str, Any]], modes: dict[Any, Any], here: str | None,
+                  mine: set[str]) -> list[str]:
+    """Of a volume's ``attachments`` (Cinder's volume view), those on another host that are not
+    ``ro`` (``modes``: attachment id to its ``attach_mode``; one not known may write). Cinder
+    names an attachment's host to an administrator only: one it does not name counts unless it
+    is ``mine`` (remembered by a guest of this host)."""
+    return [f"attachment {a.get('attachment_id')} on "
             f"{a.get('host_name') or 'a host Cinder does not name'}"
-            for a in listed if modes.get(a["attachment_id"]) != "ro"
-            and a["attachment_id"] not in mine]
+            for a in attachments if a.get("host_name") != here
+            and modes.get(a.get("attachment_id")) != "ro"
+            and (a.get("host_name") or a.get("attachment_id") not in mine)]
 
 
 def detach(driver: Any, instance: str, volume_id: str, cinder_url: str | None = None,
