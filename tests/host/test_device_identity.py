@@ -24,7 +24,7 @@ pytestmark = pytest.mark.hypervisor
 
 @pytest.fixture
 def second_loop() -> Iterator[LoopDevice]:
-    with LoopDevice(16 * 1024 * 1024) as loop:
+    with LoopDevice(64 * 1024 * 1024) as loop:  # the loop_device fixture's size (swap copies)
         yield loop
 
 
@@ -105,3 +105,31 @@ def test_the_same_volume_is_not_attached_on_the_device_a_moved_link_leads_to(
     repoint(link, l1)
     volume_driver.attach_volume(info, b.name())  # back where A's device is: shared as before
     assert [x.volumeId for x in volume_driver.list_attachments(b.name())] == [vid]
+
+
+def test_a_swap_onto_a_link_holds_the_device_too(guests, volume_driver, system_conn,
+                                                 loop_device, second_loop,
+                                                 tmp_path: Path) -> None:
+    l1, l2 = loop_device.device, second_loop.device
+    assert l1 is not None and l2 is not None
+    a, c = guests.start("a"), guests.start("c")
+    with LoopDevice(64 * 1024 * 1024) as old_dev:
+        assert old_dev.device is not None
+        old = local_volume(old_dev.device, multiattach=False)
+        link = tmp_path / "by-path-link"
+        link.symlink_to(l1)
+        new = local_volume(str(link), multiattach=False)
+        vid = new["data"]["volume_id"]
+        volume_driver.attach_volume(old, a.name())
+        after = volume_driver.swap_volume(a.name(), old, new)
+        assert after.volumeId == vid and after.source == l1
+        assert f"dev='{link}'" in a.XMLDesc(0x2)  # the definition keeps the link
+        repoint(link, l2)
+        with pytest.raises(VolumeInUse, match="under another name"):
+            volume_driver.attach_volume(local_volume(l1, multiattach=False), c.name())
+        volume = audit_host(system_conn, volume_driver.state_dir).volume(vid)
+        assert volume is not None and [d.kind for d in volume.dangers] == ["link"]
+        assert [x.volumeId for x in volume_driver.list_attachments(a.name())] == [vid]
+        volume_driver.detach_volume(a.name(), vid)
+        assert volume_driver.list_attachments(a.name()) == []
+        assert l1 not in a.XMLDesc(0x2) and str(link) not in a.XMLDesc(0x2)

@@ -5,10 +5,11 @@ volumes' and both data's locks, the policy is asked first (:mod:`virtdriver.poli
 :func:`refuse_attach` for the new volume on this guest), before and again after the new volume is
 connected (its data and size known then). A
 running guest is copied live (block copy, then pivot); the device keeps its alias, so a note in
-the guest's metadata records that it now serves the new volume. A shut-off guest gets the new
-disk, under its own alias, in place of the old one in its definition -- and the old one back if
-libvirt refuses the new. On any failure the guest keeps the old volume and what was connected
-for the new one is released.
+the guest's metadata records that it now serves the new volume. A new volume named through a
+link is copied to the device the link leads to, and the definition keeps the link. A shut-off
+guest gets the new disk, under its own alias, in place of the old one in its definition -- and
+the old one back if libvirt refuses the new. On any failure the guest keeps the old volume and
+what was connected for the new one is released.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from virtdriver.errors import (
 )
 from virtdriver.hypervisor.blockcopy import copy_and_pivot
 from virtdriver.hypervisor.connection import libvirt_message
-from virtdriver.hypervisor.dataid import data_identity, host_size, identity_token
+from virtdriver.hypervisor.dataid import data_identity, host_size, identity_token, opened_disk
 from virtdriver.hypervisor.domains import source_token
 from virtdriver.hypervisor.metadata import set_note
 from virtdriver.policy.attach import label_policy_of
@@ -120,10 +121,33 @@ def _guest_size(dom: libvirt.virDomain, disk: Disk) -> int | None:
 def _swap_live(host: ComputeHost, dom: libvirt.virDomain, old_use: Any, new: VolumeRequest,
                new_disk: Disk, persistent: bool, timeout: float,
                progress: Callable[[int, int], None] | None) -> None:
-    copy_and_pivot(dom, host.connection.events, old_use.disk.target.dev, new_disk.to_xml(),
+    opened = opened_disk(new_disk)  # the running guest names the device a link leads to
+    copy_and_pivot(dom, host.connection.events, old_use.disk.target.dev, opened.to_xml(),
                    timeout, progress)
-    set_note(dom, old_use.device_alias or "", new.vid, source_token(new_disk), live=True,
-             persistent=persistent)
+    set_note(dom, old_use.device_alias or "", new.vid, source_token(opened), live=True,
+             persistent=persistent and opened is new_disk)
+    if persistent and opened is not new_disk:
+        _link_in_definition(dom, opened, new_disk)
+
+
+def _link_in_definition(dom: libvirt.virDomain, opened: Disk, new_disk: Disk) -> None:
+    """Give the definition the link back where the pivot wrote the device it led to (a restart
+    opens what the link names then); the guest runs on the new volume whatever happens here."""
+    flags = libvirt.VIR_DOMAIN_AFFECT_CONFIG
+    try:
+        dom.detachDeviceFlags(opened.to_xml(), flags)
+    except libvirt.libvirtError as exc:
+        LOG.warning("%s: the definition names %s, not the link %s: %s", dom.name(),
+                    opened.source.dev if opened.source else "", new_disk.source.dev
+                    if new_disk.source else "", libvirt_message(exc))
+        return
+    for disk in (new_disk, opened):  # the device again if libvirt refuses the link
+        try:
+            dom.attachDeviceFlags(disk.to_xml(), flags)
+            return
+        except libvirt.libvirtError as exc:
+            LOG.error("%s: could not put the new volume's disk in the definition: %s",
+                      dom.name(), libvirt_message(exc))
 
 
 def _swap_definition(dom: libvirt.virDomain, old_disk: Disk, new_disk: Disk) -> None:
