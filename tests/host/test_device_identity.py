@@ -8,6 +8,7 @@ device directly must still be refused, and ``audit`` must name the moved link.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -133,3 +134,31 @@ def test_a_swap_onto_a_link_holds_the_device_too(guests, volume_driver, system_c
         volume_driver.detach_volume(a.name(), vid)
         assert volume_driver.list_attachments(a.name()) == []
         assert l1 not in a.XMLDesc(0x2) and str(link) not in a.XMLDesc(0x2)
+
+
+def test_the_cli_refuses_with_exit_3_and_audit_names_the_link_with_exit_1(
+        guests, loop_device, second_loop, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from virtdriver.cli import main
+
+    l1, l2 = loop_device.device, second_loop.device
+    assert l1 is not None and l2 is not None
+    a, c = guests.start("a"), guests.start("c")
+    state = ["--state-dir", str(tmp_path / "state")]
+    link = tmp_path / "by-path-link"
+    link.symlink_to(l1)
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    info = local_volume(str(link), multiattach=False)
+    first.write_text(json.dumps(info))
+    second.write_text(json.dumps(local_volume(l1, multiattach=False)))
+    assert main([*state, "attach", a.name(), str(first)]) == 0
+    repoint(link, l2)
+    capsys.readouterr()
+    assert main([*state, "attach", c.name(), str(second)]) == 3
+    err = capsys.readouterr().err
+    assert "under another name" in err and len(err.strip().splitlines()) == 1, err
+    assert main([*state, "audit"]) == 1
+    out = capsys.readouterr().out
+    assert f"DANGER link: {a.name()} holds {l1}, but the volume's device path {link} now " \
+           f"leads to {l2}" in out, out
+    assert main([*state, "detach", a.name(), info["data"]["volume_id"]]) == 0
