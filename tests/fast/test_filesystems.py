@@ -9,6 +9,7 @@ from virtdriver.policy.filesystems import (
     UNDECIDED,
     Signature,
     check_writers,
+    shared_write_harm,
     undecided,
     unshareable,
 )
@@ -102,3 +103,22 @@ def test_a_probe_that_cannot_decide_refuses_naming_why_and_the_override() -> Non
 
 def test_a_probe_that_decided_says_nothing_undecided() -> None:
     assert undecided([Signature("ext4", "filesystem")]) == ""
+
+
+@pytest.mark.parametrize(("signatures", "said", "unsaid"), [
+    ([], [], []),
+    ([Signature("gfs2", "filesystem")], [], []),
+    (EXT4, ["holds ext4, which is not a cluster filesystem", "journal"], ["swap", "decided"]),
+    ([Signature("swap", "other")], ["swap area (swap)", "pages"], ["journal", "decided"]),
+    ([Signature("ext4", "filesystem", "partition 1"), Signature("swap", "other", "partition 2")],
+     ["ext4 (partition 1), which", "swap area (swap (partition 2))"], ["decided"]),
+    ([Signature("/dev/loop9 could not be read: blkid: timed out", UNDECIDED)],
+     ["could not be decided (/dev/loop9 could not be read: blkid: timed out)",
+      "--allow-shared-write"], ["journal", "swap"]),
+])
+def test_audit_says_what_several_writers_do_to_what_the_volume_holds(
+        signatures, said, unsaid) -> None:
+    harm = shared_write_harm(signatures)
+    assert all(words in harm for words in said), harm
+    assert not any(words in harm for words in unsaid), harm
+    assert bool(harm) == bool(said) and "\n" not in harm

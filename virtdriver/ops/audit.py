@@ -30,7 +30,8 @@ Dangers:
   mount in the mount base) that no record and no guest accounts for (see
   :mod:`virtdriver.ops.orphans`);
 - ``filesystem``: several guests write the volume, and it holds a filesystem that is not a
-  cluster one (read on this host with blkid), whether they got there by
+  cluster one or a swap area, or what it holds could not be decided (read on this host with
+  blkid: the guard refuses a second writer of each), whether they got there by
   ``--allow-shared-write`` (said) or behind virtdriver's back.
 
 Each ``device='lun'`` attachment also says how its guest's reservations reach the target and as
@@ -60,7 +61,7 @@ from virtdriver.hypervisor.hostconn import HostConnections
 from virtdriver.hypervisor.seclabels import foreign_labels
 from virtdriver.hypervisor.signatures import UnreadableVolume, read_signatures
 from virtdriver.ops.orphans import check_mount_base, find_orphans
-from virtdriver.policy.filesystems import OVERRIDE, unshareable
+from virtdriver.policy.filesystems import OVERRIDE, UNDECIDED, Signature, shared_write_harm
 from virtdriver.policy.migration import still_arriving
 from virtdriver.policy.reservations import fence_message, reservation_route, shared_identities
 from virtdriver.policy.sharing import Danger, Use, dangers
@@ -280,17 +281,16 @@ def _filesystem_dangers(group: list[DiskUse]) -> list[Danger]:
     if len(writers) < 2 or not paths:
         return []
     try:
-        filesystems = unshareable(read_signatures(paths[0]))
-    except UnreadableVolume:
-        return []
-    if not filesystems:
+        signatures = read_signatures(paths[0])
+    except UnreadableVolume as exc:  # a probe that cannot decide is a danger, as in the guard
+        signatures = [Signature(f"{paths[0]} could not be read: {exc}", UNDECIDED)]
+    harm = shared_write_harm(signatures)
+    if not harm:
         return []
     chosen = sorted({u.domain_name for u in group if u.shared_write})
     how = (f" ({', '.join(chosen)} by {OVERRIDE})" if chosen
            else " (not by virtdriver's override)")
-    return [Danger("filesystem", (
-        f"written by {', '.join(writers)}{how}, but it holds {' and '.join(filesystems)}, which "
-        "is not a cluster filesystem: each guest's journal overwrites the others'"))]
+    return [Danger("filesystem", f"written by {', '.join(writers)}{how}, but {harm}")]
 
 
 def _moved_links(group: list[DiskUse], connections: HostConnections) -> list[Danger]:

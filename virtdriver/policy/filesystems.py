@@ -85,3 +85,23 @@ def check_writers(volume: str, filesystems: Sequence[str], writers: Sequence[str
                 f"see{'s' if one else ''} its files as they were at mount, with stale or torn "
                 "metadata after that")
     return None
+
+
+def shared_write_harm(signatures: Sequence[Signature]) -> str:
+    """What several writers do to a volume holding ``signatures``, for ``audit`` ("" when it is
+    safe for them: a cluster filesystem, raw or unknown data)."""
+    filesystems = unshareable([s for s in signatures if s.type not in SWAP])
+    swaps = unshareable([s for s in signatures if s.type in SWAP])
+    unknown = undecided(signatures)
+    said = []
+    if filesystems:
+        said.append(f"it holds {' and '.join(filesystems)}, which is not a cluster filesystem: "
+                    "each guest's journal overwrites the others'")
+    if swaps:
+        said.append(f"it holds a swap area ({' and '.join(swaps)}): each guest swaps its pages "
+                    "out over the pages the others swapped out there")
+    if unknown:
+        said.append(f"what it holds could not be decided ({unknown}), and the filesystem guard "
+                    f"refuses a second writer of such a volume without {OVERRIDE}: find out "
+                    "what it holds before another guest writes it")
+    return "; and ".join(said)
