@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +19,8 @@ import pytest
 
 from testhosts.guests import LoopDevice, qemu_io
 from tests.support.volumes import local_volume
-from virtdriver.errors import VolumeInUse
+from virtdriver.errors import VolumeInUse, WrongDevice
+from virtdriver.hypervisor.locks import volume_lock
 from virtdriver.ops.audit import audit_host
 
 pytestmark = pytest.mark.hypervisor
@@ -162,3 +165,35 @@ def test_the_cli_refuses_with_exit_3_and_audit_names_the_link_with_exit_1(
     assert f"DANGER link: {a.name()} holds {l1}, but the volume's device path {link} now " \
            f"leads to {l2}" in out, out
     assert main([*state, "detach", a.name(), info["data"]["volume_id"]]) == 0
+
+
+def test_a_link_that_moves_while_the_attach_waits_for_its_lock_is_refused(
+        guests, volume_driver, loop_device, second_loop, tmp_path: Path) -> None:
+    """The attach locked and checked the device its link led to when it was asked: a link that
+    leads elsewhere once the attach holds its locks is refused, nothing attached."""
+    l1, l2 = loop_device.device, second_loop.device
+    assert l1 is not None and l2 is not None
+    a = guests.start("a")
+    link = tmp_path / "by-path-link"
+    link.symlink_to(l1)
+    info = local_volume(str(link), multiattach=False)
+    outcome: list[object] = []
+
+    def attach() -> None:
+        try:
+            outcome.append(volume_driver.attach_volume(info, a.name()))
+        except Exception as exc:  # noqa: BLE001 - looked at below
+            outcome.append(exc)
+
+    with volume_lock(volume_driver.lock_dir, info["serial"], operation="a peer"):
+        waiting = threading.Thread(target=attach)
+        waiting.start()
+        time.sleep(1.0)  # the attach found its data (L1) and waits for the volume's lock
+        repoint(link, l2)
+    waiting.join(60)
+    assert len(outcome) == 1 and isinstance(outcome[0], WrongDevice), outcome
+    rdev = os.stat(l1).st_rdev
+    assert f"{link} led to device {os.major(rdev)}:{os.minor(rdev)} when the attach was asked " \
+           f"and leads to {l2} (" in str(outcome[0]), outcome
+    assert volume_driver.list_attachments(a.name()) == []
+    assert volume_driver.records.connected() == []

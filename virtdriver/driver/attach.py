@@ -9,6 +9,7 @@ connected, so the host ends as it was.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,10 +34,11 @@ from virtdriver.errors import (
     InvalidRenderOption,
     PolicyRefusal,
     VirtDriverError,
+    WrongDevice,
 )
 from virtdriver.hypervisor.access import why_attach_refused
 from virtdriver.hypervisor.connection import libvirt_message
-from virtdriver.hypervisor.dataid import DataIdentity, data_identity, opened_disk
+from virtdriver.hypervisor.dataid import DataIdentity, data_identity, opened_disk, path_identity
 from virtdriver.hypervisor.domains import DiskUse, DomainsView, DomainXml, ListedDomain
 from virtdriver.hypervisor.locks import HeldLocks, guest_lock
 from virtdriver.hypervisor.metadata import OVERRIDES_NS
@@ -176,8 +178,10 @@ def attach_locked(host: ComputeHost, held: HeldLocks, request: VolumeRequest,
     attaching = False  # the connect's own typed errors (HostConnectFailed, ...) pass unchanged
     per_guest: list[Attachment | Exception] = []  # each guest's outcome, once one failed
     aliases: dict[str, str] = {}  # guest uuid -> the alias its disk got
+    asked_path = request.data.get("device_path")  # what ``known`` was found through
     try:
         host.connect(request, record)
+        _refuse_moved_path(request, known, asked_path)
         overridden = shared_write.check(request, [t.name for t in targets],
                                         [p.mode for p in placements], used_before,
                                         allow_shared_write, writers_elsewhere)
@@ -203,6 +207,21 @@ def attach_locked(host: ComputeHost, held: HeldLocks, request: VolumeRequest,
              or OVERRIDES_NS in target.domain.current
              or OVERRIDES_NS in (target.domain.config or "")]
     return Attached(results, instances, notes)
+
+
+def _refuse_moved_path(request: VolumeRequest, known: DataIdentity | None,
+                       asked_path: object) -> None:
+    """Refuse when the device path the data's lock was found through (``asked_path``, before
+    the locks) leads to another device now: the locks and checks were for the first one."""
+    path = request.data.get("device_path")
+    if known is None or known[0] != "dev" or path != asked_path or not isinstance(path, str):
+        return
+    now = path_identity(path)
+    if now != known:
+        raise WrongDevice(f"volume {request.vid}: its device path {path} led to device "
+                          f"{known[1]} when the attach was asked and leads to "
+                          f"{os.path.realpath(path)} ({now[-1]}) now: the link moved; nothing "
+                          "was attached")
 
 
 def read_from(held: HeldLocks, known: DataIdentity | None, asked_at: int) -> int:
