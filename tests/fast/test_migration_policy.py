@@ -207,6 +207,30 @@ def test_an_arrival_keeps_its_token() -> None:
         Arrival.from_json(noted.to_json() | {"token": 7})
 
 
+def test_an_arrival_keeps_the_override_granted_to_it() -> None:
+    granted = Arrival(UUID, "vol-1", None, True, False, "c0ffee", "ext4")
+    assert Arrival.from_json(granted.to_json()) == granted
+    assert "shared_write" not in ARRIVAL.to_json()  # a note of an older virtdriver reads so
+    assert Arrival.from_json(ARRIVAL.to_json()).shared_write is None
+    with pytest.raises(ValueError):
+        Arrival.from_json(granted.to_json() | {"shared_write": True})
+
+
+def test_override_notes_go_into_a_domain_xml_as_libvirt_keeps_them() -> None:
+    from lxml import etree
+
+    from virtdriver.hypervisor.metadata import Override, overrides_in, set_overrides_in
+
+    root = etree.fromstring("<domain><name>g</name></domain>")
+    notes = {"ua-v": Override("ext4", "v", "dev|/dev/loop3"), "ua-w": Override("xfs", "w", "", 4)}
+    set_overrides_in(root, notes)
+    assert overrides_in(root) == notes
+    assert etree.fromstring(etree.tostring(root)).find(
+        "metadata/{https://virtdriver.dev/xmlns/overrides/1}overrides") is not None
+    set_overrides_in(root, {})
+    assert overrides_in(root) == {} and root.find("metadata") is not None
+
+
 # ---- interrupts are held back, not lost -------------------------------------------------------
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])

@@ -26,9 +26,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import libvirt
+from lxml import etree
 
 from virtdriver.config import Disk
 from virtdriver.config.reader import parse_xml
+from virtdriver.driver import shared_write
 from virtdriver.driver.compute_host import ComputeHost
 from virtdriver.driver.interrupts import SIGNALS, Interrupted, Interrupts
 from virtdriver.driver.migrate_dest import (
@@ -52,6 +54,7 @@ from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.domains import DomainState
 from virtdriver.hypervisor.jobwatch import watching
 from virtdriver.hypervisor.locks import guest_lock
+from virtdriver.hypervisor.metadata import overrides_in, set_overrides_in
 from virtdriver.policy.migration import MOVED, STAYED, guest_location, refuse_unprepared
 
 __all__ = ["abort_incoming", "complete_incoming", "finish_outgoing", "incoming_xml", "migrate",
@@ -136,7 +139,7 @@ def _migrate_locked(source: ComputeHost, destination: ComputeHost, dom: libvirt.
     requests = {VolumeRequest.parse(i, destination.options.render_options()).vid: i
                 for i in connection_infos}
     refuse_unprepared(state.name, modes, requests)
-    xmls = _domain_xml(dom, state)
+    xmls = [_held_overrides_only(xml, state) for xml in _domain_xml(dom, state)]
     _refuse_broken_promises(destination, state, xmls, requests, modes)
     signals.check(f"nothing was moved; guest {state.name} runs on the source as before")
     prepared: list[str] = []
@@ -192,6 +195,19 @@ def _domain_xml(dom: libvirt.virDomain, state: DomainState) -> list[str]:
     except libvirt.libvirtError as exc:
         raise MigrationFailed(f"cannot read guest {state.name}", libvirt_message(exc)) from None
     return xmls
+
+
+def _held_overrides_only(xml: str, state: DomainState) -> str:
+    """``xml`` without the override notes its running guest's disks do not hold (a disk plugged
+    again behind virtdriver's back): the migratable XML has no index to tell them by."""
+    held = {use.device_alias for use in state.disks if use.live and use.shared_write}
+    root = parse_xml(xml)
+    notes = overrides_in(root)
+    kept = {alias: note for alias, note in notes.items() if alias in held}
+    if kept == notes:
+        return xml
+    set_overrides_in(root, kept)
+    return etree.tostring(root, encoding="unicode")
 
 
 def _refuse_broken_promises(destination: ComputeHost, state: DomainState, xmls: list[str],
@@ -305,12 +321,24 @@ def _complete(source: ComputeHost, destination: ComputeHost, state: DomainState,
                       _commands(source, "migrate-finish", state.uuid, [vid]))
         try:
             with destination.lock([vid], [], "complete an incoming migration"):
+                _key_arrived(destination, state, vid)
                 destination.forget_arrived(vid, guest=state.uuid)
         except VirtDriverError as exc:
             LOG.error("guest %s was migrated, but its arrival note of volume %s stays on the "
                       "destination (%s); run there: %s", state.name, vid, exc,
                       _commands(destination, "migrate-complete", state.uuid, [vid]))
     return kept
+
+
+def _key_arrived(destination: ComputeHost, state: DomainState, vid: str) -> None:
+    """Key the moved guest's override note of ``vid`` to the disk it got on the destination."""
+    try:
+        arrived = destination.find(state.uuid)
+    except VirtDriverError as exc:
+        LOG.warning("guest %s was migrated, but its disks on the destination could not be read "
+                    "to key its --allow-shared-write note: %s", state.name, exc)
+        return
+    shared_write.key_arrived(arrived, vid)
 
 
 def _commands(host: ComputeHost, verb: str, uuid: str, volumes: Sequence[str]) -> str:

@@ -5,7 +5,9 @@ disks for this host, and complete (the guest is here) or abort (it will not come
 sharing rules and the shared-write guard like an attach and rolled back on any failure, and notes
 the guest as *arriving*: the volume counts as used here until the guest is. :func:`incoming_xml`
 renders each of the guest's volumes for this host; the disk must arrive as it left
-(:mod:`virtdriver.policy.carryover`), and a shared one uncached.
+(:mod:`virtdriver.policy.carryover`), and a shared one uncached. The disk's
+``--allow-shared-write`` note (the guest's, or one granted at the preparation) goes along,
+written for the disk as rendered here, and is keyed to its new index on completion.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import logging
 import uuid as uuidlib
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import libvirt
@@ -25,8 +28,9 @@ from virtdriver.driver.compute_host import ComputeHost
 from virtdriver.driver.request import VolumeRequest
 from virtdriver.errors import HostConnectFailed, InvalidRenderOption, MigrationRefused, show
 from virtdriver.hypervisor.dataid import data_identity
-from virtdriver.hypervisor.domains import DomainState
+from virtdriver.hypervisor.domains import DomainState, source_token
 from virtdriver.hypervisor.hostconn import HostRecord
+from virtdriver.hypervisor.metadata import Override, overrides_in, set_overrides_in
 from virtdriver.policy import check_attach_mode
 from virtdriver.policy.carryover import carried_over, refuse_changed
 from virtdriver.policy.identity import (
@@ -87,10 +91,11 @@ def prepare_incoming(host: ComputeHost, connection_info: Mapping[str, Any], inst
             data_now = data_identity(disk)
             refuse_attach(request.vid, data_now, request.multiattach, instance, instance, uses)
             _check_opens(request.vid, disk)
-            shared_write.check(request, [f"{instance}{ARRIVING}"], [mode],
-                               users_of(request.vid, data_now, uses), allow_shared_write)
+            granted = shared_write.check(request, [f"{instance}{ARRIVING}"], [mode],
+                                         users_of(request.vid, data_now, uses),
+                                         allow_shared_write)
             arrival = Arrival(instance, request.vid, data_now, disk.shareable,
-                              disk.readonly, uuidlib.uuid4().hex)
+                              disk.readonly, uuidlib.uuid4().hex, granted)
             record = host.records.load(request.vid) or HostRecord()
             record.arriving = [a for a in record.arriving
                                if not Arrival.from_json(a).is_guest(instance, instance)]
@@ -158,7 +163,8 @@ def incoming(state: DomainState) -> bool:
 
 def complete_incoming(host: ComputeHost, instance: str, volume_id: str) -> bool:
     """Once ``instance`` runs here: forget its arrival note (its own disk counts from now on),
-    under the volume's lock and the lock of the note's data (:meth:`ComputeHost.forget_arrived`).
+    under the volume's lock and the lock of the note's data (:meth:`ComputeHost.forget_arrived`),
+    and key the disk's override note, if any, to the index the disk got here.
     The step that ends a migration driven by the caller's own ``migrate3``. ``False`` when there
     was no note (already completed)."""
     check_requested_volume_id(volume_id)
@@ -172,6 +178,7 @@ def complete_incoming(host: ComputeHost, instance: str, volume_id: str) -> bool:
             raise MigrationRefused(f"guest {instance} does not run on this host: it has not "
                                    "arrived; if its migration failed, undo the preparation with "
                                    f"'virtdriver migrate-abort {instance} {volume_id}'")
+        shared_write.key_arrived(here[0], volume_id)
         return bool(host.forget_arrived(volume_id, guest=here[0])
                     + host.forget_arrived(volume_id, guest=instance))
 
@@ -192,6 +199,8 @@ def incoming_xml(host: ComputeHost, domain_xml: str,
         requests[request.vid] = request
     found = volume_disks(root)
     refuse_unprepared(guest, [vid for _, vid in found], requests)
+    overrides = overrides_in(root)
+    notes = dict(overrides)
     for element, vid in found:
         leaving = Disk.from_element(element, strict=False)
         arrival = _arrival(host, vid, guest, uuid)
@@ -200,7 +209,25 @@ def incoming_xml(host: ComputeHost, domain_xml: str,
         new = etree.fromstring(disk.to_xml().encode())
         new.tail = element.tail
         element.getparent().replace(element, new)
+        _carry_override(notes, vid, leaving, disk, arrival)
+    if notes != overrides:
+        set_overrides_in(root, notes)
     return etree.tostring(root, encoding="unicode")
+
+
+def _carry_override(notes: dict[str, Override], vid: str, leaving: Disk, disk: Disk,
+                    arrival: Arrival) -> None:
+    """The override note of the arriving disk: the leaving disk's own (the migratable XML has
+    no index to compare) or the one granted at the arrival, for the disk's source here; its
+    index is the one the disk gets there (:func:`complete_incoming`)."""
+    alias = (leaving.alias.name if leaving.alias is not None else None) or ""
+    note = notes.pop(alias, None)
+    if note is not None and not replace(note, index=None).belongs_to(vid, source_token(leaving),
+                                                                     None):
+        note = None
+    filesystem = arrival.shared_write or (note.filesystem if note is not None else None)
+    if filesystem and not disk.readonly:
+        notes[alias] = Override(filesystem, vid, source_token(disk))
 
 
 def volume_disks(root: etree._Element) -> list[tuple[etree._Element, str]]:

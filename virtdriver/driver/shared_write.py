@@ -16,7 +16,7 @@ import libvirt
 from virtdriver.driver.request import VolumeRequest
 from virtdriver.errors import VirtDriverError
 from virtdriver.hypervisor.connection import libvirt_message
-from virtdriver.hypervisor.domains import ListedDomain, source_token
+from virtdriver.hypervisor.domains import DomainState, ListedDomain, source_token
 from virtdriver.hypervisor.metadata import Override, note_shared_write
 from virtdriver.hypervisor.signatures import UnreadableVolume, read_signatures
 from virtdriver.policy.filesystems import (
@@ -100,3 +100,21 @@ def _keyed(listed: ListedDomain, alias: str, filesystem: str) -> tuple[Override,
         notes.append(Override(filesystem, use.volume or "", source_token(use.disk),
                               source.index if live and source is not None else None))
     return notes[0], notes[1]
+
+
+def key_arrived(state: DomainState, volume: str) -> None:
+    """Key the override note of a guest's live disk of ``volume`` that arrived by migration to
+    that disk as it runs here: its source and the index libvirt gave it (the arrival's note has
+    none)."""
+    for use in state.disks:
+        alias, source = use.device_alias, use.disk.source
+        if not (use.live and use.volume == volume and use.shared_write and alias):
+            continue
+        note = Override(use.shared_write, volume, source_token(use.disk),
+                        source.index if source is not None else None)
+        try:
+            note_shared_write(state.dom, alias, note, live=True, persistent=False)
+        except libvirt.libvirtError as exc:
+            LOG.warning("guest %s: its --allow-shared-write note of volume %s could not be keyed "
+                        "to the disk it arrived with: %s", state.name, volume,
+                        libvirt_message(exc))

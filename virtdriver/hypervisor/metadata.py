@@ -9,6 +9,8 @@ cluster one) is noted under its alias with the filesystem, so that ``audit`` can
 The note belongs to that one attachment: it also names the volume, the disk's source and, in the
 running guest, the ``index`` libvirt gave that source (a new one each time a disk is plugged), so
 a disk detached behind virtdriver's back and attached again is not taken for the one noted.
+A guest arriving by live migration takes its note along, written for the disk it arrives with
+(:func:`set_overrides_in`) and keyed to that disk's index once it runs there.
 """
 
 from __future__ import annotations
@@ -138,3 +140,26 @@ def _attributes(alias: str, note: Override) -> dict[str, str]:
     if note.index is not None:
         found["index"] = str(note.index)
     return {k: v for k, v in found.items() if v or k in ("alias", "filesystem")}
+
+
+def overrides_in(domain: etree._Element) -> dict[str, Override]:
+    """The override notes in a domain XML's ``<metadata>`` (a migrating guest's, say)."""
+    found = domain.find(f"metadata/{{{OVERRIDES_NS}}}overrides")
+    return parse_overrides(etree.tostring(found)) if found is not None else {}
+
+
+def set_overrides_in(domain: etree._Element, notes: dict[str, Override]) -> None:
+    """Put ``notes`` into a domain XML's ``<metadata>`` as libvirt keeps them (none: removed)."""
+    metadata = domain.find("metadata")
+    if metadata is None:
+        if not notes:
+            return
+        metadata = etree.SubElement(domain, "metadata")
+    for old in metadata.findall(f"{{{OVERRIDES_NS}}}overrides"):
+        metadata.remove(old)
+    if not notes:
+        return
+    element = etree.SubElement(metadata, f"{{{OVERRIDES_NS}}}overrides",
+                               nsmap={OVERRIDES_PREFIX: OVERRIDES_NS})
+    for alias, note in sorted(notes.items()):
+        etree.SubElement(element, f"{{{OVERRIDES_NS}}}shared-write", _attributes(alias, note))

@@ -42,6 +42,7 @@ class Arrival:
     shareable: bool
     readonly: bool
     token: str | None = None  # tells this note from a later one of the same guest
+    shared_write: str | None = None  # what the override let it write here beside others
 
     def as_use(self) -> Use:
         """The arriving guest's disk, as the sharing rules see it (it will be live here)."""
@@ -50,22 +51,27 @@ class Arrival:
                    readonly=self.readonly, cache="none")
 
     def to_json(self) -> dict[str, Any]:
-        return {"guest": self.guest, "volume": self.volume,
-                "data": list(self.data) if self.data is not None else None,
-                "shareable": self.shareable, "readonly": self.readonly, "token": self.token}
+        found: dict[str, Any] = {"guest": self.guest, "volume": self.volume,
+                                 "data": list(self.data) if self.data is not None else None,
+                                 "shareable": self.shareable, "readonly": self.readonly,
+                                 "token": self.token}
+        if self.shared_write is not None:
+            found["shared_write"] = self.shared_write
+        return found
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Arrival:
         data = raw.get("data")
         fields = (raw.get("guest"), raw.get("volume"))
-        token = raw.get("token")
+        token, override = raw.get("token"), raw.get("shared_write")
         if not all(isinstance(f, str) for f in fields) or not (
                 data is None or (isinstance(data, list) and all(isinstance(d, str) for d in data))
-        ) or not (token is None or isinstance(token, str)):
+        ) or not all(f is None or isinstance(f, str) for f in (token, override)):
             raise ValueError(f"{show(raw)} is not an arriving guest")
         return cls(str(raw["guest"]), str(raw["volume"]),
                    tuple(data) if data is not None else None,
-                   raw.get("shareable") is True, raw.get("readonly") is True, token)
+                   raw.get("shareable") is True, raw.get("readonly") is True, token,
+                   override)
 
     def is_guest(self, name: str, uuid: str) -> bool:
         return names_guest(name, uuid, self.guest)
