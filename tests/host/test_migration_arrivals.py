@@ -169,7 +169,10 @@ def test_complete_incoming_forgets_the_arrival_under_its_data_lock(guests, volum
     assert volume_driver.complete_incoming(name, vid) is True
 
     assert arriving_notes(volume_driver) == []
-    assert data_settled_at(volume_driver, data) > before
+    # Not a timing bound: the data lock is last let go either by prepare_incoming (before
+    # ``before``) or, as promised, after complete removed the note under it.
+    assert data_settled_at(volume_driver, data) > before, \
+        "complete_incoming removed the arrival note without holding the note's data lock"
     guests.remove(name)
     assert volume_driver.release_volume(vid) is True
 
@@ -182,6 +185,7 @@ def test_an_arrival_seen_by_a_read_is_forgotten_under_its_data_lock(guests, volu
     assert volume_driver.release_volume("some-other-volume") is False  # reads the host
 
     assert arriving_notes(volume_driver) == []
-    assert data_settled_at(volume_driver, data) > before
+    assert data_settled_at(volume_driver, data) > before, \
+        "the read-time clean-up removed the arrival note without holding its data lock"
     guests.remove(name)
     assert volume_driver.release_volume(vid) is True
