@@ -290,13 +290,17 @@ class LibvirtVolumeDriver:
         migrate_steps.prepare_incoming(self.compute_host, connection_info, instance, attach_mode,
                                        allow_shared_write=allow_shared_write)
 
-    def incoming_xml(self, domain_xml: str,
-                     connection_infos: Sequence[Mapping[str, Any]]) -> str:
-        """On the destination: the guest's domain XML with its volumes rendered for this host."""
+    def incoming_xml(self, domain_xml: str, connection_infos: Sequence[Mapping[str, Any]], *,
+                     live: bool = True) -> str:
+        """On the destination: the guest's domain XML with its volumes rendered for this host;
+        ``live`` for ``VIR_MIGRATE_PARAM_DEST_XML`` (a link's device), ``False`` for
+        ``VIR_MIGRATE_PARAM_PERSIST_XML`` (the link)."""
         if not isinstance(domain_xml, (str, bytes, bytearray)):
             arguments.text(domain_xml, "domain_xml")
         arguments.mappings(connection_infos, "connection_infos")
-        return migrate_steps.incoming_xml(self.compute_host, domain_xml, connection_infos)
+        arguments.flag(live, "live")
+        return migrate_steps.incoming_xml(self.compute_host, domain_xml, connection_infos,
+                                          live=live)
 
     def abort_incoming(self, instance: str, volume_id: str) -> bool:
         """On the destination, after a failed migration: undo :meth:`prepare_incoming`."""

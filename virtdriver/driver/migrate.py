@@ -229,7 +229,8 @@ def _params(destination: ComputeHost, xmls: list[str], infos: Any,
     params: dict[str, Any] = {libvirt.VIR_MIGRATE_PARAM_DEST_XML:
                               incoming_xml(destination, xmls[0], infos)}
     if len(xmls) > 1:
-        params[libvirt.VIR_MIGRATE_PARAM_PERSIST_XML] = incoming_xml(destination, xmls[1], infos)
+        persist = incoming_xml(destination, xmls[1], infos, live=False)  # keeps a link
+        params[libvirt.VIR_MIGRATE_PARAM_PERSIST_XML] = persist
     if uri:
         params[libvirt.VIR_MIGRATE_PARAM_URI] = uri
     return params

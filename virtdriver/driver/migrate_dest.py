@@ -5,7 +5,8 @@ disks for this host, and complete (the guest is here) or abort (it will not come
 sharing rules and the shared-write guard like an attach and rolled back on any failure, and notes
 the guest as *arriving*: the volume counts as used here until the guest is. :func:`incoming_xml`
 renders each of the guest's volumes for this host; the disk must arrive as it left
-(:mod:`virtdriver.policy.carryover`), and a shared one uncached. The disk's
+(:mod:`virtdriver.policy.carryover`), and a shared one uncached; in the live XML a disk named
+through a link names the device it leads to, the definition keeps the link. The disk's
 ``--allow-shared-write`` note (the guest's, or one granted at the preparation) goes along,
 written for the disk as rendered here, and is keyed to its new index on completion.
 """
@@ -27,7 +28,7 @@ from virtdriver.driver import shared_write
 from virtdriver.driver.compute_host import ComputeHost
 from virtdriver.driver.request import VolumeRequest
 from virtdriver.errors import HostConnectFailed, InvalidRenderOption, MigrationRefused, show
-from virtdriver.hypervisor.dataid import data_identity
+from virtdriver.hypervisor.dataid import data_identity, opened_disk
 from virtdriver.hypervisor.domains import DomainState, source_token
 from virtdriver.hypervisor.hostconn import HostRecord
 from virtdriver.hypervisor.metadata import Override, overrides_in, set_overrides_in
@@ -184,11 +185,14 @@ def complete_incoming(host: ComputeHost, instance: str, volume_id: str) -> bool:
 
 
 def incoming_xml(host: ComputeHost, domain_xml: str,
-                 connection_infos: Sequence[Mapping[str, Any]]) -> str:
+                 connection_infos: Sequence[Mapping[str, Any]], *, live: bool = True) -> str:
     """The guest's domain XML with each virtdriver disk rendered for this (the destination) host.
 
     Every volume the guest has must have been prepared here for it; each disk must arrive as it
-    left (attach mode, sharing, cache, ... see :mod:`virtdriver.policy.carryover`).
+    left (attach mode, sharing, cache, ... see :mod:`virtdriver.policy.carryover`). ``live``
+    (``VIR_MIGRATE_PARAM_DEST_XML``): a disk named through a link names the device it leads to
+    now, as an attach's running guest does; ``live=False`` (``VIR_MIGRATE_PARAM_PERSIST_XML``)
+    keeps the link for the definition.
     """
     root = parse_xml(domain_xml)  # the model's safe parser: no entities, no network
     guest = root.findtext("name") or "?"
@@ -206,6 +210,8 @@ def incoming_xml(host: ComputeHost, domain_xml: str,
         arrival = _arrival(host, vid, guest, uuid)
         disk = arriving_disk(host, requests[vid], leaving, guest,
                              "ro" if arrival.readonly else "rw", connected=True)
+        if live:
+            disk = opened_disk(disk)  # a link that moves later cannot hide the device held
         new = etree.fromstring(disk.to_xml().encode())
         new.tail = element.tail
         element.getparent().replace(element, new)
