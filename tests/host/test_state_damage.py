@@ -189,9 +189,14 @@ def test_a_stale_lock_of_a_dead_process_does_not_block(guest, tmp_path: Path,
     state = tmp_path / "state"
     lock = state / "locks" / f"volume-{file_token(VID)}.lock"
     lock.parent.mkdir(parents=True)
-    holder = subprocess.Popen(["flock", str(lock), "sleep", "60"])  # a peer holding it, killed
-    holder.kill()
+    # a peer that held the lock, killed with its command: flock itself holds it (-o: the
+    # command does not inherit it), so the lock goes with the peer, not 60 s later with sleep
+    holder = subprocess.Popen(["flock", "-o", str(lock), "sh", "-c", "echo held; exec sleep 60"],
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    os.killpg(holder.pid, 9)
     holder.wait()
+    holder.stdout.close()
     info = tmp_path / "volume.json"
     info.write_text(json.dumps(local_volume(device, multiattach=False, volume_id=VID)))
     assert run("--state-dir", str(state), "attach", dom.name(), str(info), capsys=capsys)[0] == 0
