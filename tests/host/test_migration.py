@@ -187,6 +187,7 @@ def test_an_unusable_instance_is_refused_before_the_host_is_touched(
 def assert_stayed(a: Any, source: Any, destination: Any, vid: str, xml_before: str) -> None:
     """The guest runs on the source as before; the destination holds nothing for it."""
     assert a.isActive() and a.XMLDesc(0) == xml_before
+    assert a.state()[0] == libvirt.VIR_DOMAIN_RUNNING  # not left paused (see jobwatch)
     assert not runs_on(destination.connection.get(), a.name())
     assert source.records.connected() == [vid]
     assert destination.records.connected() == [] and arriving_notes(destination) == []

@@ -52,7 +52,7 @@ from virtdriver.errors import (
 )
 from virtdriver.hypervisor.connection import libvirt_message
 from virtdriver.hypervisor.domains import DomainState
-from virtdriver.hypervisor.jobwatch import watching
+from virtdriver.hypervisor.jobwatch import released_after_switchover, watching
 from virtdriver.hypervisor.locks import guest_lock
 from virtdriver.hypervisor.metadata import overrides_in, set_overrides_in
 from virtdriver.policy.migration import MOVED, STAYED, guest_location, refuse_unprepared
@@ -161,8 +161,9 @@ def _migrate_locked(source: ComputeHost, destination: ComputeHost, dom: libvirt.
     flags |= libvirt.VIR_MIGRATE_LIVE
     if state.persistent:
         flags |= libvirt.VIR_MIGRATE_PERSIST_DEST | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE
-    # progress(processed, total) hears libvirt's job statistics; what it raises aborts the job
-    with watching(dom, progress):
+    # progress(processed, total) hears libvirt's job statistics; what it raises aborts the job.
+    # A cancel or failure at the switchover must not leave libvirt's call waiting for ever.
+    with watching(dom, progress), released_after_switchover(dom):
         error = _run_libvirt(dom, destination, params, flags, peer_to_peer, signals)
     where = MOVED if error is None else guest_location(False, *_runs_where(dom, destination,
                                                                            state.uuid))
