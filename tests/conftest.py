@@ -19,6 +19,7 @@ from tests.support.fixtures import (  # noqa: F401 - fixtures, found by name
     guests,
     loop_device,
     raw_file,
+    second_loop,
     system_conn,
     volume_driver,
 )

@@ -9,7 +9,6 @@ devices, a second writer attached with libvirt alone.
 
 from __future__ import annotations
 
-import struct
 import subprocess
 from typing import Any
 
@@ -17,7 +16,7 @@ import libvirt
 import pytest
 from lxml import etree
 
-from tests.support.volumes import local_volume
+from tests.support.volumes import dos_table, local_volume
 from virtdriver.hypervisor import signatures
 from virtdriver.ops.audit import audit_host
 
@@ -27,19 +26,10 @@ SECTOR = 512
 NESTED = 5  # partition tables, each in partition 1 of the one before: one more than blkid reads
 
 
-def _dos_table(device: str, at: int, start: int, sectors: int) -> None:
-    """One DOS partition (type 83) of ``sectors`` from ``start``, in a table at byte ``at``."""
-    with open(device, "r+b") as fh:
-        fh.seek(at + 446)
-        fh.write(struct.pack("<B3sB3sII", 0, b"\0\0\0", 0x83, b"\0\0\0", start, sectors))
-        fh.seek(at + 510)
-        fh.write(b"\x55\xaa")
-
-
 def _nested_too_deep(device: str) -> None:
     """Partition tables nested deeper than the probe looks (each 1 MiB into the one before)."""
     for level in range(NESTED):
-        _dos_table(device, level * 2048 * SECTOR, 2048, (50 - level) * 2048)
+        dos_table(device, level * 2048 * SECTOR, 2048, (50 - level) * 2048)
 
 
 def _written_by_two(guests: Any, volume_driver: Any, device: str) -> tuple[str, str, str]:

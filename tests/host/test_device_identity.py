@@ -12,31 +12,17 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from testhosts.guests import LoopDevice, qemu_io
-from tests.support.volumes import local_volume
+from tests.support.volumes import local_volume, repoint
 from virtdriver.errors import VolumeInUse, WrongDevice
 from virtdriver.hypervisor.locks import volume_lock
 from virtdriver.ops.audit import audit_host
 
 pytestmark = pytest.mark.hypervisor
-
-
-@pytest.fixture
-def second_loop() -> Iterator[LoopDevice]:
-    with LoopDevice(64 * 1024 * 1024) as loop:  # the loop_device fixture's size (swap copies)
-        yield loop
-
-
-def repoint(link: Path, device: str) -> None:
-    """Move ``link`` to ``device`` in one step, as udev replaces a by-path link."""
-    new = link.with_name(link.name + ".new")
-    new.symlink_to(device)
-    os.replace(new, link)
 
 
 @pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "transient"])

@@ -20,7 +20,7 @@ import libvirt
 import pytest
 
 from testhosts.guests import LoopDevice, block_info
-from tests.support.volumes import local_volume
+from tests.support.volumes import dos_table, local_volume
 from virtdriver.errors import SharedWriteRefused
 from virtdriver.hypervisor.metadata import OVERRIDES_NS
 from virtdriver.ops.audit import audit_host
@@ -65,19 +65,10 @@ def _swap(device: str) -> None:
     subprocess.run(["mkswap", device], check=True, capture_output=True)
 
 
-def _dos_table(device: str, at: int, start: int, sectors: int) -> None:
-    """One DOS partition (type 83) of ``sectors`` from ``start``, in a table at byte ``at``."""
-    with open(device, "r+b") as fh:
-        fh.seek(at + 446)
-        fh.write(struct.pack("<B3sB3sII", 0, b"\0\0\0", 0x83, b"\0\0\0", start, sectors))
-        fh.seek(at + 510)
-        fh.write(b"\x55\xaa")
-
-
 def _nested(device: str) -> None:
     """A DOS table whose partition 1 holds a DOS table whose partition 1 holds an ext4."""
-    _dos_table(device, 0, 2048, 300 * 2048)
-    _dos_table(device, 2048 * SECTOR, 2048, 200 * 2048)
+    dos_table(device, 0, 2048, 300 * 2048)
+    dos_table(device, 2048 * SECTOR, 2048, 200 * 2048)
     subprocess.run([*MKFS["ext4"], "-E", f"offset={4096 * SECTOR}", device, "100M"],
                    check=True, capture_output=True)
     assert subprocess.run(["blkid", "-p", "-o", "udev", device], capture_output=True,

@@ -13,7 +13,6 @@ from pathlib import Path
 import libvirt
 import pytest
 
-from tests.host.test_device_identity import repoint, second_loop  # noqa: F401 - a fixture
 from tests.support.migration import (  # noqa: F401 - fixtures, found by name
     dest_conn,
     dest_guests,
@@ -23,7 +22,7 @@ from tests.support.migration import (  # noqa: F401 - fixtures, found by name
     run_cli,
     volume_file,
 )
-from tests.support.volumes import local_volume
+from tests.support.volumes import local_volume, repoint
 from virtdriver.errors import VolumeInUse
 
 pytestmark = pytest.mark.hypervisor

@@ -94,6 +94,13 @@ def loop_device() -> Iterator[LoopDevice]:
 
 
 @pytest.fixture
+def second_loop() -> Iterator[LoopDevice]:
+    """Another 64 MiB loop device (the loop_device fixture's size), detached afterwards."""
+    with LoopDevice(64 * 1024 * 1024) as loop:
+        yield loop
+
+
+@pytest.fixture
 def raw_file(tmp_path: Path) -> Path:
     """A 16 MiB sparse raw image."""
     return sparse_file(tmp_path / "vol.raw")

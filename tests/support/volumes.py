@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import struct
 import uuid
+from pathlib import Path
 
 
 def local_volume(device_path: str, *, multiattach: bool, volume_id: str | None = None) -> dict:
@@ -32,3 +34,19 @@ def disk_xml(source: str | os.PathLike[str], alias: str, *, target: str = "sda",
         f"<target dev='{target}' bus='scsi'/>{flags}"
         f"<alias name='{alias}'/></disk>"
     )
+
+
+def repoint(link: Path, device: str) -> None:
+    """Move ``link`` to ``device`` in one step, as udev replaces a by-path link."""
+    new = link.with_name(link.name + ".new")
+    new.symlink_to(device)
+    os.replace(new, link)
+
+
+def dos_table(device: str, at: int, start: int, sectors: int) -> None:
+    """Write one DOS partition (type 83) of ``sectors`` from ``start``, in a table at ``at``."""
+    with open(device, "r+b") as fh:
+        fh.seek(at + 446)
+        fh.write(struct.pack("<B3sB3sII", 0, b"\0\0\0", 0x83, b"\0\0\0", start, sectors))
+        fh.seek(at + 510)
+        fh.write(b"\x55\xaa")
