@@ -47,18 +47,25 @@ def assert_moved_link_refused(dest_guests, destination, device: str, link: Path,
     assert destination.list_attachments(c.name()) == []
 
 
+def attached_through(link: Path, device: str, guests, dest_guests,
+                     source) -> tuple[libvirt.virDomain, dict, str]:
+    """A guest on the source with a single-attach volume whose device path is ``link`` to
+    ``device``; the destination's guests remove it too once it arrives there."""
+    link.symlink_to(device)
+    info = local_volume(str(link), multiattach=False)
+    a = guests.start("a")
+    source.attach_volume(info, a.name())
+    dest_guests.adopt(a.name())
+    return a, info, info["data"]["volume_id"]
+
+
 def test_a_migrated_guest_holds_the_device_its_link_led_to(
         guests, dest_guests, drivers, loop_device, second_loop, tmp_path: Path) -> None:
     source, destination = drivers
     l1, l2 = loop_device.device, second_loop.device
     assert l1 is not None and l2 is not None
     link = tmp_path / "ip-192.0.2.5:3260-iscsi-iqn.2010-10.org.openstack:v1-lun-1"
-    link.symlink_to(l1)
-    info = local_volume(str(link), multiattach=False)
-    vid = info["data"]["volume_id"]
-    a = guests.start("a")
-    source.attach_volume(info, a.name())
-    dest_guests.adopt(a.name())
+    a, info, vid = attached_through(link, l1, guests, dest_guests, source)
 
     assert source.migrate(a.name(), destination, [info], uri=migration_uri()) == []
 
@@ -76,12 +83,7 @@ def test_the_manual_steps_give_the_live_xml_the_device_and_the_definition_the_li
     l1, l2 = loop_device.device, second_loop.device
     assert l1 is not None and l2 is not None
     link = tmp_path / "by-path-link"
-    link.symlink_to(l1)
-    info = local_volume(str(link), multiattach=False)
-    vid = info["data"]["volume_id"]
-    a = guests.start("a")
-    source.attach_volume(info, a.name())
-    dest_guests.adopt(a.name())
+    a, info, vid = attached_through(link, l1, guests, dest_guests, source)
     done = run_cli("-c", destination.uri, "--state-dir", str(destination.state_dir),
                    "migrate-prepare", str(volume_file(tmp_path, info)), a.UUIDString())
     assert done.returncode == 0, done.stderr
