@@ -25,6 +25,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from virtdriver.errors import InvalidConnectionInfo
+from virtdriver.volume.base import lun
+
 SYS: Final = Path("/sys")
 SCSI_PROTOCOLS: Final = ("ISCSI", "ISER", "FIBRE_CHANNEL")
 _SCSI_ADDRESS = re.compile(r"(\d+):(\d+):(\d+):(\d+)")
@@ -68,17 +71,14 @@ def _texts(properties: Mapping[str, Any], *keys: str) -> set[str]:
 
 
 def _luns(properties: Mapping[str, Any]) -> set[int]:
-    """The LUNs connection_info states (an integer or a decimal string each); ``true``, ``2.0``
-    or ``"0x2"`` is refused, never compared loosely or skipped."""
+    """The LUNs connection_info states, each read as rendering reads it
+    (:func:`virtdriver.volume.base.lun`); ``true``, ``2.0`` or ``"0x2"`` is refused, never
+    compared loosely or skipped."""
     key, values = _stated(properties, "target_luns", "target_lun")
-    luns = set()
-    for v in values:
-        if isinstance(v, str) and v.isascii() and v.isdigit() and len(v) <= 20:
-            v = int(v)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise _Uncomparable(f"connection_info's LUN {v!r} is not a LUN number")
-        luns.add(v)
-    return luns
+    try:
+        return {lun(v, f"connection_info's {key}") for v in values}
+    except InvalidConnectionInfo as exc:
+        raise _Uncomparable(str(exc)) from None
 
 
 def _hex(value: str) -> str:
