@@ -67,8 +67,7 @@ from virtdriver.policy.reservations import fence_message, reservation_route, sha
 from virtdriver.policy.sharing import Danger, Use, dangers
 
 DANGER_KINDS: Final = ("unshared", "cache", "format", "labels", "identity", "link", "leak",
-                       "record",
-                       "startup", "profile", "cinder", "fence", "filesystem", "orphan")
+                       "record", "startup", "profile", "cinder", "fence", "filesystem", "orphan")
 
 
 @dataclass(frozen=True)
@@ -141,7 +140,7 @@ def audit_host(conn: libvirt.virConnect, state_dir: str | Path,
     for volume, group in zip(volumes, groups):
         volume.dangers += _moved_links(group, connections)
     volumes = [v for v in volumes if v.volume != "-" or len(v.guests) > 1 or v.dangers]
-    used = {vid for u in (u for g in group_disks(states) for u in g) if (vid := u.volume)}
+    used = {vid for group in groups for u in group if (vid := u.volume)}
     present = [(s.name, s.uuid) for s in states]
     used |= {a.volume for a in still_arriving(connections.arrivals(), present)}  # live migration
     for vid in recorded:
