@@ -89,7 +89,7 @@ fi
 step "pytest ${PYTEST_ARGS[*]}"
 cd "$P/project" || exit 1
 export VIRTDRIVER_NESTED="$LSM" CI=1 PYTHONDONTWRITEBYTECODE=1
-/opt/vd/venv/bin/python -m pytest -p no:cacheprovider --junitxml="$R/junit.xml" \
+/opt/vd/venv/bin/python -m pytest -p no:cacheprovider --junitxml="$R/junit.xml" --durations=25 \
     "${PYTEST_ARGS[@]}" 2>&1 | tee "$R/pytest.txt"
 rc=${PIPESTATUS[0]}
 echo "$rc" >"$R/pytest-exit"

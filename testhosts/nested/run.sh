@@ -16,7 +16,7 @@ repo=$(cd "$here/../.." && pwd)
 
 lsm=""
 results=""
-timeout_s=${VIRTDRIVER_NESTED_TIMEOUT:-1500}
+timeout_s=${VIRTDRIVER_NESTED_TIMEOUT:-2400}
 memory=${VIRTDRIVER_NESTED_MEMORY:-3072}
 cpus=${VIRTDRIVER_NESTED_CPUS:-2}
 while (($#)); do

@@ -29,7 +29,8 @@ from tests.support.invariants import InvariantChecker, volume_disks
 from tests.support.stress_ops import StressVolume, Tally, run_round
 from tests.support.volumes import file_volume, local_volume
 
-pytestmark = pytest.mark.hypervisor
+# whole_host: threads and processes at random on eight guests, a load test of its own
+pytestmark = [pytest.mark.hypervisor, pytest.mark.whole_host]
 
 ROUNDS = int(os.environ.get("VIRTDRIVER_STRESS_ROUNDS", "30"))
 GUESTS = 8

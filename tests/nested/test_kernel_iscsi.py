@@ -167,7 +167,6 @@ def share_lun(volume_driver, a, b, info: dict | None = None  # type: ignore[no-u
     return info, vid, f"ua-{vid}"
 
 
-@pytest.mark.lsm_apparmor  # the AppArmor boot too: each guest's profile must allow the device
 def test_kernel_iscsi_multiattach_through_the_driver(tgt_lun, guests, volume_driver) -> None:
     """One iSCSI volume through the kernel initiator, shared by two guests via
     ``LibvirtVolumeDriver``: the session stays while any guest uses it, goes with the last.

@@ -124,7 +124,6 @@ def two_portal_lun(tmp_path: Path) -> Iterator[Path]:
             proc.wait(30)
 
 
-@pytest.mark.lsm_apparmor  # the AppArmor boot too: each guest's profile must allow the device
 def test_multipath_shared_volume_survives_a_path_loss(two_portal_lun, multipathd, guests,
                                                       tmp_path) -> None:
     from testhosts.guests import SYSTEM_URI, ReadOnlyWrite, block_info, read_pattern, write_pattern

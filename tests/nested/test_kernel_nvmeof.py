@@ -111,7 +111,6 @@ def nvme_target(loop_device) -> Iterator[NvmeTarget]:
         target.down()
 
 
-@pytest.mark.lsm_apparmor  # the AppArmor boot too: each guest's profile must allow the device
 def test_nvmeof_multiattach_through_the_driver(nvme_target, guests, volume_driver) -> None:
     from testhosts.guests import ReadOnlyWrite, block_info, read_pattern, write_pattern
 
