@@ -10,8 +10,11 @@
 # one is reused. Files:
 #   rootfs.img   raw ext4, made with `mkfs.ext4 -d TREE` (no loop mount), SELinux-labelled
 #   vmlinuz, initrd.img   the tree's own kernel and initrd, booted with -kernel/-initrd
-#   build.log    what the build said; timings.txt   seconds per step
-# Runs as root on Debian 12 and installs what it needs (debootstrap, e2fsprogs) itself.
+#   build.log    what the build said (with the tree's `dpkg-query -W` before mkfs)
+#   packages-installed.txt   that package list (name, version); timings.txt   seconds per step
+# The tree is made by mmdebstrap (minbase + packages.txt, apt resolving the dependencies); the
+# .debs it downloads are kept in $cache/debs, so a rebuild downloads only what changed.
+# Runs as root on Debian 12 and installs what it needs (mmdebstrap, e2fsprogs) itself.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 suite=${VIRTDRIVER_NESTED_SUITE:-bookworm}
@@ -29,7 +32,7 @@ nested_cache_enter image build.lock \
     "${BASH_SOURCE[0]}" "$here/packages.txt" "$here/virtdriver_nested.cil" -- "suite=$suite"
 
 need=()
-command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
 command -v flock >/dev/null || need+=(util-linux)
 if ((${#need[@]})); then
@@ -52,7 +55,8 @@ cleanup() {
     if [ -d "$work" ]; then
         log "build failed; log kept in $cache/failed-$key.log"
         cp "$buildlog" "$cache/failed-$key.log" 2>/dev/null || true
-        # debootstrap mounts /proc (and maybe more) in the tree: never delete through a mount.
+        # mmdebstrap mounts /proc, /sys and /dev in the tree while it runs: never delete
+        # through a mount that a broken build left behind.
         findmnt -rn -o TARGET | grep -F "$tree/" | sort -r | while read -r m; do
             umount -l "$m" 2>/dev/null || true
         done
@@ -67,17 +71,49 @@ step_done() { echo "$1 $((SECONDS - step_start))" >>"$work/timings.txt"; }
 in_tree() { chroot "$tree" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
                 DEBIAN_FRONTEND=noninteractive LC_ALL=C "$@"; }
 
-# ---- 1. debootstrap -------------------------------------------------------------------------------
-step "debootstrap $suite with $(wc -w <<<"$packages") packages (log: $buildlog)"
-# minbase + an explicit list: the image has nothing the tests do not need. --cache-dir keeps the
-# downloaded .debs for the next build.
-if ! debootstrap --variant=minbase --cache-dir="$cache/debs" \
+# ---- 1. mmdebstrap --------------------------------------------------------------------------------
+step "mmdebstrap $suite: minbase + $(wc -w <<<"$packages") packages (log: $buildlog)"
+# minbase (Essential:yes, Priority:required, apt) + an explicit list, no Recommends: the image
+# has nothing the tests do not need. apt downloads (pipelined, not one by one) and installs.
+# The .debs: --skip=download/empty,essential/unlink leaves all of them (the essential set's
+# too) in the tree's archive. The setup hook copies $cache/debs in first (apt downloads only
+# what is missing); a customize hook drops the ones the mirror no longer has (apt-get
+# autoclean) and copies the rest out to a fresh directory, which replaces $cache/debs; then
+# they leave the tree. dpkg runs with force-unsafe-io (no fsync: a failed build is thrown away
+# anyway); the tree keeps no mmdebstrap settings.
+mkdir -p "$work/debs"
+date +%s >"$work/t.start"
+# shellcheck disable=SC2016  # "$1" in a hook is mmdebstrap's: the tree
+if ! mmdebstrap --mode=root --variant=minbase --components=main \
+        --keyring=/usr/share/keyrings/debian-archive-keyring.gpg \
+        --aptopt='Acquire::Retries "3"' --dpkgopt=force-unsafe-io \
         --include="$(tr '\n' ',' <<<"$packages" | sed 's/,$//')" \
+        --skip=download/empty,essential/unlink \
+        --setup-hook='mkdir -p "$1"/var/cache/apt/archives' \
+        --setup-hook="sync-in $cache/debs /var/cache/apt/archives" \
+        --essential-hook="date +%s >$work/t.essential" \
+        --customize-hook="date +%s >$work/t.customize" \
+        --customize-hook='chroot "$1" apt-get -qq autoclean' \
+        --customize-hook="sync-out /var/cache/apt/archives $work/debs" \
+        --customize-hook='rm -f "$1"/var/cache/apt/archives/*.deb' \
+        --customize-hook='rm -f "$1"/etc/apt/apt.conf.d/99mmdebstrap "$1"/etc/dpkg/dpkg.cfg.d/99mmdebstrap' \
         "$suite" "$tree" "$mirror" >>"$buildlog" 2>&1; then
     tail -n 30 "$buildlog" >&2
     exit 1
 fi
-step_done debootstrap
+rm -rf "$cache/debs"
+mv "$work/debs" "$cache/debs"
+# The step's two parts: the essential set (apt update, download, unpack and configure the
+# Essential and required packages) and the rest (apt-get install of apt and the list).
+{ echo "mmdebstrap-essential $(($(cat "$work/t.essential") - $(cat "$work/t.start")))"
+  echo "mmdebstrap-packages $(($(cat "$work/t.customize") - $(cat "$work/t.essential")))"; } \
+    >>"$work/timings.txt"
+rm -f "$work"/t.*
+# shellcheck disable=SC2016  # dpkg-query's own format
+in_tree dpkg-query -W -f='${Package} ${Version}\n' >"$work/packages-installed.txt"
+{ echo "---- installed packages ($(wc -l <"$work/packages-installed.txt")):"
+  cat "$work/packages-installed.txt"; } >>"$buildlog"
+step_done mmdebstrap
 
 # ---- 2. configure the tree --------------------------------------------------------------------------
 step "configuring the tree"
