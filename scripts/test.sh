@@ -111,7 +111,7 @@ busy_since() {  # busy_since "BUSY TOTAL": the percentage of both cores busy sin
     local now
     now=$(cpu_now)
     awk -v a="$1" -v b="$now" 'BEGIN {split(a, x, " "); split(b, y, " ");
-        d = y[2] - x[2]; printf "%d", d > 0 ? 100 * (y[1] - x[1]) / d : 0}'
+        d = y[2] - x[2]; printf "%d", (d > 0 ? 100 * (y[1] - x[1]) / d : 0)}'
 }
 t=0 c="0 0" rc=0
 begin() { t=$SECONDS c=$(cpu_now) rc=0; }  # a layer starts: its clock, the cores' counters
@@ -121,10 +121,12 @@ ran() {  # ran NAME RC [SECONDS BUSY]: one line of the closing summary, for the 
     counts=$(tally "$1")
     summary+=("$(printf '%-34s %5d s %4s%%  %-16s %s' "$1" "$secs" "$busy" "$word" "$counts")")
 }
-started_backends=0 started_cinder=0 started_stack=0 started_openstack=0 nested_job=""
+started_backends=0 started_cinder=0 started_stack=0 started_openstack=0
+nested_job="" builds_job=""
 cleanup() {
-    local line
-    if [ -n "$nested_job" ]; then kill -TERM -- "-$nested_job" 2>/dev/null || true; wait; fi
+    local line job
+    for job in $nested_job $builds_job; do kill -TERM -- "-$job" 2>/dev/null || true; done
+    wait
     if [ "$started_openstack" = 1 ]; then ./scripts/test-openstack.sh down || true; fi
     if [ "$started_stack" = 1 ]; then testhosts/debian13/run.sh down || true; fi
     if [ "$started_cinder" = 1 ]; then ./scripts/test-cinder.sh down || true; fi
@@ -198,6 +200,19 @@ if [ "$fast" = 1 ]; then
     ran ruff "$rc"
 fi
 
+if [ -n "$stack" ]; then
+    # The Debian 13 tree and the split daemons' build (testhosts/debian13: about 2 and 8 minutes on
+    # a fresh machine, nothing when cached) begin in the background too, in a process group of
+    # their own; the stacks wait for them.
+    debian13_builds() {
+        testhosts/debian13/build-tree.sh >/dev/null || return 1
+        case " $stack " in *" debian13-split "*) testhosts/debian13/build-split.sh >/dev/null ;; esac
+    }
+    set -m
+    debian13_builds </dev/null >"$logs/debian13-builds.log" 2>&1 &
+    builds_job=$!
+    set +m
+fi
 if [ "$nested" = 1 ]; then
     # The nested boots in the background, in a process group of their own (stopped with this
     # run): SELinux, then AppArmor, one VM at a time; the image is built once for both. Their
@@ -272,6 +287,13 @@ stack_up() {  # stack_up NAME DAEMONS: the debian13 stack up with libvirtd or th
     ran "$1 stack up" "$rc"
     return "$rc"
 }
+if [ -n "$builds_job" ]; then
+    begin
+    wait "$builds_job" || rc=$?
+    builds_job=""
+    [ "$rc" = 0 ] || tail -n 30 "$logs/debian13-builds.log"
+    ran "debian13 builds (waited for)" "$rc"
+fi
 case " $stack " in *" debian13 "*)
     backends_up
     if stack_up debian13 libvirtd; then

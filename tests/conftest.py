@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from testhosts.guests.loop import LOOP_RANGE_ENV
 from tests.support import EMBED_CHILD, ROOT
 from tests.support.backends import (  # noqa: F401 - fixtures, found by name
     backends,
@@ -34,6 +35,13 @@ def schema_valid():
     disk_schema()  # compile once for the session; fails loudly if the schemas are missing
     return validate_disk
 
+
+# Two pytest-xdist workers (scripts/test.sh) each take loop devices from numbers of their own: a
+# number one worker's test freed may still be named by that test's guest while the other's next
+# test binds it, and virtdriver then rightly refuses to share the device (#57).
+if os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw"):
+    _worker = int(os.environ["PYTEST_XDIST_WORKER"][2:])
+    os.environ[LOOP_RANGE_ENV] = f"{1000 * (_worker + 1)}-{1000 * (_worker + 1) + 999}"
 
 # The embedded driver's tests run in a child pytest of their own (tests/host/test_embed.py).
 collect_ignore = [] if EMBED_CHILD else ["host/embed"]

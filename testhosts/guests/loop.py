@@ -15,6 +15,10 @@ import tempfile
 from pathlib import Path
 
 _LOOP_DEVICE = re.compile(r"/dev/loop\d+")
+#: ``FIRST-LAST``: take loop devices from these numbers instead of the lowest free one. Test
+#: workers running side by side each get their own (tests/conftest.py): the kernel hands a freed
+#: number out again at once, and a guest of one test may still name a device another then gets.
+LOOP_RANGE_ENV = "VIRTDRIVER_LOOP_RANGE"
 
 
 class LoopDeviceError(RuntimeError):
@@ -36,12 +40,30 @@ def loop_devices_of(backing_file: str | os.PathLike[str]) -> list[str]:
     return sorted(d for d in found if _LOOP_DEVICE.fullmatch(d))
 
 
+def _bind(backing: Path) -> str:
+    """Bind a loop device to ``backing``: the lowest free one, or a free one of the range."""
+    chosen = os.environ.get(LOOP_RANGE_ENV)
+    if not chosen:
+        return subprocess.run(["losetup", "--find", "--show", str(backing)], check=True,
+                              capture_output=True, text=True).stdout.strip()
+    first, _, last = chosen.partition("-")
+    for number in range(int(first), int(last) + 1):
+        if Path(f"/sys/block/loop{number}/loop").exists():
+            continue  # bound already
+        device = f"/dev/loop{number}"
+        # losetup makes the device (through /dev/loop-control) when it does not exist yet
+        if subprocess.run(["losetup", device, str(backing)], capture_output=True).returncode == 0:
+            return device
+    raise LoopDeviceError(f"no free loop device in {LOOP_RANGE_ENV}={chosen}")
+
+
 class LoopDevice:
     """A loop device over a sparse file in a private temp dir (under ``directory`` if given).
 
-    ``losetup --find --show FILE`` on enter; on exit the device is detached (``losetup -d DEV``)
-    together with any other bound to our backing file (an interrupt can land between losetup
-    binding one and us reading its name), and the temp dir is removed. ``device`` is e.g.
+    ``losetup --find --show FILE`` on enter (or a free number of ``VIRTDRIVER_LOOP_RANGE``); on
+    exit the device is detached (``losetup -d DEV``) together with any other bound to our backing
+    file (an interrupt can land between losetup binding one and us reading its name), and the
+    temp dir is removed. ``device`` is e.g.
     ``/dev/loop3``; ``backing_file`` the sparse file.
     """
 
@@ -67,8 +89,7 @@ class LoopDevice:
         try:
             backing = sparse_file(Path(self._tmpdir, "backing.raw"), self.size)
             self.backing_file = backing
-            out = subprocess.run(["losetup", "--find", "--show", str(backing)], check=True,
-                                 capture_output=True, text=True).stdout.strip()
+            out = _bind(backing)
             if not _LOOP_DEVICE.fullmatch(out):
                 raise LoopDeviceError(f"unexpected losetup output: {out!r}")
         except BaseException:

@@ -77,6 +77,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
 
 # ---- helpers shared by the LSM tests ------------------------------------------------------------
 
+def stop_tgtd(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a test's tgtd: it ignores SIGTERM, so tgtadm asks it to end itself."""
+    subprocess.run(["tgtadm", "--lld", "iscsi", "--mode", "system", "--op", "delete"],
+                   capture_output=True)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(30)
+
+
 def run(*argv: str, check: bool = True) -> str:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     if check and done.returncode != 0:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.nested.conftest import run
+from tests.nested.conftest import run, stop_tgtd
 
 pytestmark = pytest.mark.kernel_initiator
 
@@ -62,12 +62,7 @@ def tgt_lun(tmp_path: Path) -> Iterator[Path]:
     finally:
         subprocess.run(["tgtadm", "--lld", "iscsi", "--mode", "target", "--op", "delete",
                         "--force", "--tid", "1"], capture_output=True)
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(30)
+        stop_tgtd(proc)
 
 
 @pytest.fixture

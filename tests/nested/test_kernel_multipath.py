@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.nested.conftest import run
+from tests.nested.conftest import run, stop_tgtd
 from tests.nested.test_kernel_iscsi import BLOCK, lun_info, share_lun, wait_until
 
 pytestmark = pytest.mark.kernel_initiator
@@ -116,12 +116,7 @@ def two_portal_lun(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["ip", "route", "del", *CUT], capture_output=True)
         subprocess.run([*tgtadm, "--mode", "target", "--op", "delete", "--force", "--tid", "1"],
                        capture_output=True)
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(30)
+        stop_tgtd(proc)
 
 
 def test_multipath_shared_volume_survives_a_path_loss(two_portal_lun, multipathd, guests,
