@@ -100,7 +100,7 @@ logged() {  # logged NAME COMMAND...: runs COMMAND, its output also kept in $log
 tally() {  # tally NAME: the test runners' closing lines in NAME's log (pytest, stestr), one line
     local log="$logs/${1//[^A-Za-z0-9._-]/-}.log"
     [ -f "$log" ] || return 0
-    sed -E 's/^\[[^]]*\] *//; s/^pytest: //; s/^=+ //; s/ =+$//' "$log" \
+    sed -E 's/\r$//; s/^\[[^]]*\] *//; s/^pytest: //; s/^=+ //; s/ =+$//' "$log" \
         | grep -E '^[0-9]+ (passed|failed|errors?|skipped|deselected)|^no tests ran|^ - (Passed|Failed|Skipped): [0-9]+' \
         | awk '!seen[$0]++' | paste -sd ';' - || true
 }
