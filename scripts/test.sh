@@ -254,6 +254,7 @@ if [ "$hypervisor" = 1 ]; then
     begin
     logged "pytest ${folders[*]}" .venv/bin/python -m pytest -n 2 --dist loadfile \
         -m "not whole_host" --durations=25 $(layer "${folders[@]}") "$@" || rc=$?
+    [ "$rc" != 5 ] || rc=0  # the arguments named only whole_host tests
     ran "pytest ${folders[*]}" "$rc"
     begin
     logged "pytest whole_host" .venv/bin/python -m pytest -m whole_host --durations=25 \
